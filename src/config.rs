@@ -1,0 +1,257 @@
+//! The builder: every default in one place, every input validated before anything connects.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::ClientLike;
+
+use crate::error::{Error, InvalidInput, Result};
+use crate::node::{Client, Node};
+use crate::quorum;
+use crate::redlock::{Inner, Redlock};
+
+/// Default clock-drift factor (1% of the TTL, plus a fixed 2 ms).
+pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+/// Default key prefix: the resource `orders:42` is the Redis key `fredlock:orders:42`.
+pub const DEFAULT_KEY_PREFIX: &str = "fredlock:";
+/// Default time `build()` waits for a quorum of nodes to connect before returning anyway.
+pub const DEFAULT_CONNECT_WAIT: Duration = Duration::from_secs(2);
+
+/// How [`Redlock::acquire`] retries while the lock is held by someone else or nodes fail.
+///
+/// Between attempts it sleeps `delay` plus a uniformly random extra of up to `jitter`, so that
+/// contenders spread out instead of colliding again. There is no sleep after the last attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// Every attempt counts, the first included: 1 = a single try. Must be at least 1.
+    pub attempts: u32,
+    /// Fixed part of the pause between attempts.
+    pub delay: Duration,
+    /// Random extra pause, uniform in `[0, jitter]`.
+    pub jitter: Duration,
+}
+
+impl Default for Retry {
+    /// 10 attempts, 200 ms apart plus up to 100 ms of jitter (at most about 2.7 s of waiting).
+    fn default() -> Self {
+        Retry {
+            attempts: 10,
+            delay: Duration::from_millis(200),
+            jitter: Duration::from_millis(100),
+        }
+    }
+}
+
+impl Retry {
+    /// A single attempt, no waiting.
+    pub const fn once() -> Self {
+        Retry {
+            attempts: 1,
+            delay: Duration::ZERO,
+            jitter: Duration::ZERO,
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), InvalidInput> {
+        if self.attempts == 0 {
+            return Err(InvalidInput::ZeroAttempts);
+        }
+        if self.delay.checked_add(self.jitter).is_none() || self.delay + self.jitter > Duration::from_secs(86_400 * 365) {
+            return Err(InvalidInput::RetryTooLarge);
+        }
+        Ok(())
+    }
+}
+
+enum NodeSpec {
+    Url(String),
+    Client(Client),
+}
+
+/// Builds a [`Redlock`]. Start with [`Redlock::builder()`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), fredlock::Error> {
+/// use std::time::Duration;
+/// use fredlock::{Redlock, Retry};
+/// let redlock = Redlock::builder()
+///     .nodes(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+///     .retry(Retry { attempts: 10, delay: Duration::from_millis(200), jitter: Duration::from_millis(100) })
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub struct Builder {
+    nodes: Vec<NodeSpec>,
+    retry: Retry,
+    drift_factor: f64,
+    node_timeout: Option<Duration>,
+    key_prefix: String,
+    connect_wait: Duration,
+}
+
+impl fmt::Debug for Builder {
+    // URLs may carry passwords: show how many nodes, not what they are.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("nodes", &self.nodes.len())
+            .field("retry", &self.retry)
+            .field("drift_factor", &self.drift_factor)
+            .field("node_timeout", &self.node_timeout)
+            .field("key_prefix", &self.key_prefix)
+            .field("connect_wait", &self.connect_wait)
+            .finish()
+    }
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            nodes: Vec::new(),
+            retry: Retry::default(),
+            drift_factor: DEFAULT_DRIFT_FACTOR,
+            node_timeout: None,
+            key_prefix: DEFAULT_KEY_PREFIX.to_string(),
+            connect_wait: DEFAULT_CONNECT_WAIT,
+        }
+    }
+}
+
+impl Builder {
+    /// Adds nodes by URL (`redis://`, `rediss://`, `valkey://`, `redis-sentinel://`,
+    /// `redis-cluster://`; see fred's `Config::from_url`). Each URL must be an INDEPENDENT
+    /// server: replicas of one another do not make a quorum.
+    pub fn nodes<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.nodes.extend(urls.into_iter().map(|u| NodeSpec::Url(u.into())));
+        self
+    }
+
+    /// Adds nodes as ready-made fred clients, for TLS, authentication, sentinel or cluster
+    /// set-ups the URL form does not cover. Each client must have a reconnect policy
+    /// (`fred::types::Builder::set_policy`); `build()` rejects one without. fredlock sets its own
+    /// per-command options (timeout, one attempt, fail fast) on every command it sends, and
+    /// calls `connect()` on clients that are not connected or connecting yet.
+    pub fn clients<I>(mut self, clients: I) -> Self
+    where
+        I: IntoIterator<Item = Client>,
+    {
+        self.nodes.extend(clients.into_iter().map(NodeSpec::Client));
+        self
+    }
+
+    /// Retry policy of [`Redlock::acquire`] (default: [`Retry::default()`]).
+    pub fn retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Clock-drift factor, in `[0, 0.5)` (default 0.01). The validity of a lock is
+    /// `ttl - (ttl * drift_factor + 2 ms)`, counted from before the first command was sent.
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = factor;
+        self
+    }
+
+    /// Per-node command timeout. Default: derived from each call's TTL, 5% of it, clamped to
+    /// `[10 ms, 500 ms]` and at most half the TTL. A node that does not answer in time counts as
+    /// failed for that attempt (and is released, since its outcome is unknown).
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+
+    /// Prefix of every Redis key (default `"fredlock:"`). In a Redis Cluster node, put hash tags
+    /// in the resource names (`"{account}:1"`), not in the prefix.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// How long `build()` waits for a quorum of nodes to connect (default 2 s). It returns as
+    /// soon as a quorum is connected, or when this runs out, whichever is first; nodes that
+    /// are down keep connecting in the background.
+    pub fn connect_wait(mut self, wait: Duration) -> Self {
+        self.connect_wait = wait;
+        self
+    }
+
+    /// Validates everything, creates one fred client per node and starts connecting.
+    ///
+    /// Returns once a quorum of nodes is connected or after `connect_wait`, whichever comes first:
+    /// a service can start while nodes are down (acquires fail with [`Error::Unavailable`]
+    /// until a quorum is back). Must be called inside a tokio runtime, and the `Redlock` must be
+    /// used in that runtime (fred's connection tasks live there).
+    ///
+    /// Cancellation: dropping the future before it completes leaves the clients created so far
+    /// to shut down when dropped; nothing is locked.
+    pub async fn build(self) -> Result<Redlock> {
+        if self.nodes.is_empty() {
+            return Err(InvalidInput::NoNodes.into());
+        }
+        if !(self.drift_factor.is_finite() && (0.0..0.5).contains(&self.drift_factor)) {
+            return Err(InvalidInput::DriftFactor(self.drift_factor).into());
+        }
+        self.retry.validate()?;
+        if self.node_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(InvalidInput::ZeroNodeTimeout.into());
+        }
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        for (index, spec) in self.nodes.into_iter().enumerate() {
+            let node = match spec {
+                NodeSpec::Url(url) => Node::from_url(index, &url)?,
+                NodeSpec::Client(client) => {
+                    if client.client_reconnect_policy().is_none() {
+                        return Err(InvalidInput::NoReconnectPolicy { index }.into());
+                    }
+                    Node::from_client(client)
+                }
+            };
+            if let Some(first) = nodes.iter().position(|n: &Node| n.name == node.name) {
+                return Err(Error::InvalidInput(InvalidInput::DuplicateNode {
+                    first,
+                    second: index,
+                    node: node.name.clone(),
+                }));
+            }
+            nodes.push(node);
+        }
+        let nodes: Vec<Arc<Node>> = nodes.into_iter().map(Arc::new).collect();
+        for node in &nodes {
+            node.connect();
+        }
+        wait_for_quorum(&nodes, self.connect_wait).await;
+        Ok(Redlock::from_inner(Inner {
+            quorum: quorum::quorum(nodes.len()),
+            nodes,
+            retry: self.retry,
+            drift_factor: self.drift_factor,
+            node_timeout: self.node_timeout,
+            key_prefix: self.key_prefix,
+        }))
+    }
+}
+
+/// Waits until a quorum of nodes connected, or all first attempts settled, or `wait` ran out.
+async fn wait_for_quorum(nodes: &[Arc<Node>], wait: Duration) {
+    use futures::stream::{FuturesUnordered, StreamExt};
+    let q = quorum::quorum(nodes.len());
+    let mut pending: FuturesUnordered<_> = nodes.iter().map(|n| n.wait_connected()).collect();
+    let mut connected = 0;
+    let _ = tokio::time::timeout(wait, async {
+        while let Some(ok) = pending.next().await {
+            connected += usize::from(ok);
+            if connected >= q {
+                break;
+            }
+        }
+    })
+    .await;
+    if connected < q {
+        tracing::warn!(connected, quorum = q, "fredlock: fewer than a quorum of nodes connected at build; they keep connecting in the background");
+    }
+}

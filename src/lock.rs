@@ -1,0 +1,180 @@
+//! A held lock: its resources, token and deadline; extend and release; what dropping it does.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, NotHeldReason, Result, Votes};
+use crate::node::Held;
+use crate::quorum::{self, Outcome};
+use crate::redlock::{spawn_release, Redlock};
+
+/// A lock held on a quorum of nodes until [`deadline`](Lock::deadline).
+///
+/// Dropping a `Lock` without [`release`](Lock::release) releases it in a background task (and
+/// says so in a `tracing` debug event); if no tokio runtime is running, the keys expire with their
+/// TTL. Prefer `release().await`, which also tells you whether you still held it.
+#[must_use = "dropping a Lock releases it at once"]
+#[derive(Debug)]
+pub struct Lock {
+    redlock: Redlock,
+    held: Arc<Held>,
+    resources: Vec<String>,
+    ttl: Duration,
+    acquired_at: Instant,
+    deadline: Instant,
+    released: bool,
+}
+
+/// What [`Lock::release`] found on each node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseReport {
+    /// Per node, in configuration order: `Granted` = our keys deleted there; `Refused` = our
+    /// token was not there (expired or taken over); `Failed` = error or timeout (the keys expire
+    /// with their TTL); `Pending` = not answered when the outcome was known (finished in the
+    /// background).
+    pub votes: Votes,
+    /// Time the release round took.
+    pub elapsed: Duration,
+}
+
+impl Lock {
+    pub(crate) fn new(
+        redlock: Redlock,
+        held: Arc<Held>,
+        resources: Vec<String>,
+        ttl: Duration,
+        acquired_at: Instant,
+        deadline: Instant,
+    ) -> Lock {
+        Lock {
+            redlock,
+            held,
+            resources,
+            ttl,
+            acquired_at,
+            deadline,
+            released: false,
+        }
+    }
+
+    /// The resources held (sorted, without duplicates), without the key prefix.
+    pub fn resources(&self) -> &[String] {
+        &self.resources
+    }
+
+    /// The owner token: 128 random bits as 32 hex digits, fresh for each acquisition.
+    pub fn token(&self) -> &str {
+        &self.held.token
+    }
+
+    /// The TTL of the last acquire or extend.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// When the attempt that acquired the lock started (its validity counts from here).
+    pub fn acquired_at(&self) -> Instant {
+        self.acquired_at
+    }
+
+    /// The instant (monotonic clock) after which the lock must be considered lost:
+    /// `start + ttl - (ttl * drift_factor + 2 ms)`, where `start` is when the acquire or the last
+    /// successful extend began.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Validity left before [`deadline`](Self::deadline); zero once it has passed.
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the deadline is still ahead.
+    pub fn is_valid(&self) -> bool {
+        Instant::now() < self.deadline
+    }
+
+    /// The [`Redlock`] this lock came from.
+    pub fn redlock(&self) -> &Redlock {
+        &self.redlock
+    }
+
+    /// Extends the lock to `ttl` from now: every node resets its keys' TTL if our token is still
+    /// there (an expired key is never re-created). Succeeds with a quorum within the current
+    /// validity; the new deadline counts from the start of this call.
+    ///
+    /// Errors: [`Error::NotHeld`] when the deadline passed or a quorum no longer holds our token
+    /// (the lock is lost for good); [`Error::Unavailable`] when too few nodes answered but the lock
+    /// is still valid until its old deadline (you may retry); [`Error::InvalidInput`] for a bad
+    /// TTL. On any error the deadline is unchanged.
+    ///
+    /// Cancellation: dropping the future leaves the deadline unchanged; extensions already sent
+    /// may still land, which only keeps our own keys alive longer (they are released on release).
+    pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
+        let span = tracing::debug_span!("fredlock.extend", resources = ?self.resources, ttl_ms = ttl.as_millis() as u64);
+        let deadline = tracing::Instrument::instrument(
+            self.redlock.inner.extend(&self.held, ttl, self.deadline),
+            span.clone(),
+        )
+        .await?;
+        self.deadline = deadline;
+        self.ttl = ttl;
+        span.in_scope(|| tracing::debug!(remaining_ms = self.remaining().as_millis() as u64, "extended"));
+        Ok(())
+    }
+
+    /// Releases the lock on every node (only keys that still hold our token are deleted) and
+    /// reports per node. Returns once the outcome is known; nodes still busy finish in the
+    /// background, and a node that is down keeps its key until the TTL expires.
+    ///
+    /// `Ok` means a quorum still held our token when it was deleted, so no one else can have held
+    /// the lock in the meantime (under Redlock's assumptions), even if the deadline had passed.
+    /// Errors: [`Error::NotHeld`] (reason `TokenGone`) when a quorum no longer held our token:
+    /// it expired or was taken over, and the work done under it may not have been exclusive.
+    /// [`Error::Unavailable`] when too few nodes answered to know.
+    ///
+    /// Cancellation: dropping the future still releases (the release is finished in the
+    /// background, as when a `Lock` is dropped).
+    pub async fn release(mut self) -> Result<ReleaseReport> {
+        let span = tracing::debug_span!("fredlock.release", resources = ?self.resources);
+        let started = Instant::now();
+        let inner = self.redlock.inner.clone();
+        let held = self.held.clone();
+        // From here on, a drop of this future must still release: keep `self` armed until the
+        // round has been sent and answered.
+        let votes = tracing::Instrument::instrument(inner.release_all(&held), span.clone()).await;
+        self.released = true;
+        let elapsed = started.elapsed();
+        let report = ReleaseReport {
+            votes: votes.clone(),
+            elapsed,
+        };
+        let n = inner.nodes.len();
+        span.in_scope(|| tracing::debug!(%votes, elapsed_us = elapsed.as_micros() as u64, "released"));
+        match quorum::outcome(&votes.0) {
+            Outcome::Reached => Ok(report),
+            _ if votes.refused() > n - inner.quorum => Err(Error::NotHeld {
+                reason: NotHeldReason::TokenGone,
+                votes,
+            }),
+            _ => Err(Error::Unavailable {
+                attempts: 1,
+                nodes: n,
+                quorum: inner.quorum,
+                reachable: votes.granted() + votes.refused(),
+                votes,
+            }),
+        }
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if !self.released {
+            tracing::debug!(resources = ?self.resources, "fredlock: Lock dropped without release(); releasing in the background");
+            spawn_release(self.redlock.inner.clone(), self.held.clone(), "lock dropped");
+        }
+    }
+}

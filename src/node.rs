@@ -1,0 +1,302 @@
+//! One Redis node: one fred [`Client`], commands bounded by a per-node timeout that fred itself
+//! enforces, and the decoding of every reply into a [`Vote`] or a typed [`NodeError`].
+//!
+//! This is the only file that knows how fred is configured and what Redis answers look like.
+//! The traps it avoids (see `shared/notes/fred-10.md`):
+//! - `with_options(..).evalsha(..)` ignores the options, so every command goes through
+//!   `with_options(..).custom(..)`, which honours them;
+//! - a reconnect policy is always set (without one a dropped connection hangs the client forever);
+//! - `max_attempts = 1`: a `SET NX` in flight when a connection resets is never replayed later;
+//! - per-command timeouts are fred's own, so a command that timed out before being written is
+//!   skipped rather than written after a reconnect;
+//! - `fail_fast`: while a node is disconnected its commands fail at once instead of queueing;
+//! - the command queue is bounded.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::{
+    ClientLike, ClientState, Config, ErrorKind, Options, ReconnectPolicy, ServerConfig, Value,
+};
+use fred::types::{ClusterHash, CustomCommand};
+
+use crate::error::{InvalidInput, NodeError, NodeErrorKind, Vote};
+use crate::scripts::Script;
+
+pub use fred::clients::Client;
+
+/// One configured Redis node.
+pub(crate) struct Node {
+    client: Client,
+    /// `host:port/db`, safe to log.
+    pub(crate) name: String,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("name", &self.name).finish()
+    }
+}
+
+/// Lock keys and the owner token, shared by every per-node command of one lock.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) keys: Vec<String>,
+    pub(crate) token: String,
+}
+
+impl Node {
+    /// Builds a client for `url` with fredlock's settings; connecting happens later.
+    pub(crate) fn from_url(index: usize, url: &str) -> Result<Node, InvalidInput> {
+        let mut config = Config::from_url(url).map_err(|e| InvalidInput::InvalidUrl {
+            index,
+            reason: scrub(e.details(), url),
+        })?;
+        // Initial connection failures go through the reconnect policy: a service must be able
+        // to start while a minority of its nodes is down.
+        config.fail_fast = false;
+        let client = fred::types::Builder::from_config(config)
+            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+            .with_connection_config(|c| {
+                c.connection_timeout = Duration::from_secs(2);
+                c.internal_command_timeout = Duration::from_secs(2);
+                c.max_command_attempts = 1;
+                c.max_command_buffer_len = 100_000;
+                c.tcp.nodelay = Some(true);
+            })
+            .with_performance_config(|p| {
+                // A safety net only: every fredlock command carries its own timeout.
+                p.default_command_timeout = Duration::from_secs(5);
+            })
+            .build()
+            .map_err(|e| InvalidInput::InvalidUrl {
+                index,
+                reason: scrub(e.details(), url),
+            })?;
+        Ok(Node::from_client(client))
+    }
+
+    /// Wraps a caller's client. It must have a reconnect policy (checked by the builder).
+    pub(crate) fn from_client(client: Client) -> Node {
+        let name = describe(&client.client_config());
+        Node { client, name }
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Starts the connection task if nobody did; never waits.
+    pub(crate) fn connect(&self) {
+        if self.client.state() == ClientState::Disconnected {
+            let _task = self.client.connect();
+        }
+    }
+
+    /// Resolves when the first connection attempt succeeded or failed.
+    pub(crate) async fn wait_connected(&self) -> bool {
+        self.client.is_connected() || self.client.wait_for_connect().await.is_ok()
+    }
+
+    /// One command with fredlock's options: fred's own timeout, one attempt, fail fast while the
+    /// connection is down.
+    async fn call(&self, cmd: &'static str, key_offset: usize, args: Vec<Value>, timeout: Duration) -> Result<Value, NodeError> {
+        let options = Options {
+            timeout: Some(timeout),
+            max_attempts: Some(1),
+            fail_fast: true,
+            ..Options::default()
+        };
+        let command = CustomCommand::new_static(cmd, ClusterHash::Offset(key_offset), false);
+        self.client
+            .with_options(&options)
+            .custom::<Value, Value>(command, args)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    /// EVALSHA, and on NOSCRIPT an immediate EVAL on the same connection (so per-node order is
+    /// kept: a release still lands after this node's earlier commands).
+    async fn script(&self, script: &Script, held: &Held, extra: Option<u64>, timeout: Duration) -> Result<Value, NodeError> {
+        let mut args = Vec::with_capacity(held.keys.len() + 4);
+        args.push(Value::from(script.sha.as_str()));
+        args.push(Value::Integer(held.keys.len() as i64));
+        args.extend(held.keys.iter().map(|k| Value::from(k.as_str())));
+        args.push(Value::from(held.token.as_str()));
+        if let Some(x) = extra {
+            args.push(Value::Integer(x as i64));
+        }
+        match self.call("EVALSHA", 2, args.clone(), timeout).await {
+            Err(e) if e.kind == NodeErrorKind::Server && e.message.contains("NOSCRIPT") => {
+                tracing::debug!(node = %self.name, "NOSCRIPT: resending the script with EVAL");
+                args[0] = Value::from(script.body);
+                self.call("EVAL", 2, args, timeout).await
+            }
+            other => other,
+        }
+    }
+
+    /// `SET key token NX PX ttl` for one key, the all-or-none script for several.
+    pub(crate) async fn acquire(self: Arc<Self>, held: Arc<Held>, ttl_ms: u64, timeout: Duration) -> Vote {
+        let reply = if let [key] = held.keys.as_slice() {
+            let args = vec![
+                Value::from(key.as_str()),
+                Value::from(held.token.as_str()),
+                Value::from("NX"),
+                Value::from("PX"),
+                Value::Integer(ttl_ms as i64),
+            ];
+            match self.call("SET", 0, args, timeout).await {
+                Ok(Value::String(s)) if s == "OK" => return Vote::Granted,
+                Ok(Value::Null) => return Vote::Refused,
+                other => other,
+            }
+        } else {
+            let scripts = crate::scripts::Scripts::get();
+            self.script(&scripts.acquire_many, &held, Some(ttl_ms), timeout).await
+        };
+        self.vote(reply)
+    }
+
+    /// Resets the TTL of every key if all still hold our token; never re-creates a key.
+    pub(crate) async fn extend(self: Arc<Self>, held: Arc<Held>, ttl_ms: u64, timeout: Duration) -> Vote {
+        let scripts = crate::scripts::Scripts::get();
+        let reply = self.script(&scripts.extend, &held, Some(ttl_ms), timeout).await;
+        self.vote(reply)
+    }
+
+    /// Deletes the keys that still hold our token. Granted when every key was ours.
+    pub(crate) async fn release(self: Arc<Self>, held: Arc<Held>, timeout: Duration) -> Vote {
+        let scripts = crate::scripts::Scripts::get();
+        let all = held.keys.len() as i64;
+        match self.script(&scripts.release, &held, None, timeout).await {
+            Ok(Value::Integer(n)) if n == all => Vote::Granted,
+            Ok(Value::Integer(n)) if (0..all).contains(&n) => Vote::Refused,
+            Ok(_) => Vote::Failed(self.unexpected("the number of keys deleted")),
+            Err(e) => Vote::Failed(e),
+        }
+    }
+
+    /// Who holds `key` here: `Some((token, pttl_ms))`, or `None` when the key does not exist.
+    pub(crate) async fn inspect(self: Arc<Self>, key: String, timeout: Duration) -> Result<Option<(String, i64)>, NodeError> {
+        let scripts = crate::scripts::Scripts::get();
+        let held = Held { keys: vec![key], token: String::new() };
+        // INSPECT takes no ARGV, but `script` always appends the token; Redis ignores it.
+        match self.script(&scripts.inspect, &held, None, timeout).await? {
+            Value::Array(parts) => match parts.as_slice() {
+                [Value::Null, _] => Ok(None),
+                [value, Value::Integer(pttl)] => match value.as_str() {
+                    Some(token) => Ok(Some((token.into_owned(), *pttl))),
+                    None => Err(self.unexpected("a string value")),
+                },
+                _ => Err(self.unexpected("[value, pttl]")),
+            },
+            _ => Err(self.unexpected("an array")),
+        }
+    }
+
+    /// Replies of the 1/0 scripts: 1 granted, 0 refused, anything else is a failure (never a grant).
+    fn vote(&self, reply: Result<Value, NodeError>) -> Vote {
+        match reply {
+            Ok(Value::Integer(1)) => Vote::Granted,
+            Ok(Value::Integer(0)) => Vote::Refused,
+            Ok(_) => Vote::Failed(self.unexpected("OK, nil, 0 or 1")),
+            Err(e) => Vote::Failed(e),
+        }
+    }
+
+    fn unexpected(&self, wanted: &str) -> NodeError {
+        NodeError {
+            node: self.name.clone(),
+            kind: NodeErrorKind::UnexpectedReply,
+            message: format!("expected {wanted}"),
+        }
+    }
+
+    fn error(&self, e: fred::error::Error) -> NodeError {
+        let kind = match e.kind() {
+            ErrorKind::Timeout => NodeErrorKind::Timeout,
+            ErrorKind::IO | ErrorKind::Canceled | ErrorKind::Routing => NodeErrorKind::Connection,
+            ErrorKind::Auth => NodeErrorKind::Auth,
+            ErrorKind::Backpressure | ErrorKind::Config | ErrorKind::Url => NodeErrorKind::Client,
+            ErrorKind::Parse | ErrorKind::Protocol => NodeErrorKind::UnexpectedReply,
+            _ => NodeErrorKind::Server,
+        };
+        NodeError {
+            node: self.name.clone(),
+            kind,
+            message: e.details().to_string(),
+        }
+    }
+}
+
+/// `host:port/db` for a centralized config, a descriptive form otherwise. Never credentials.
+fn describe(config: &Config) -> String {
+    let db = config.database.unwrap_or(0);
+    let hosts = |hosts: &[fred::prelude::Server]| {
+        let mut v: Vec<String> = hosts.iter().map(|s| format!("{}:{}", canonical_host(&s.host), s.port)).collect();
+        v.sort();
+        v.join(",")
+    };
+    match &config.server {
+        ServerConfig::Centralized { server } => {
+            format!("{}:{}/{}", canonical_host(&server.host), server.port, db)
+        }
+        ServerConfig::Clustered { hosts: h, .. } => format!("cluster({})", hosts(h)),
+        ServerConfig::Sentinel {
+            hosts: h, service_name, ..
+        } => format!("sentinel({service_name}@{})/{db}", hosts(h)),
+        #[allow(unreachable_patterns)]
+        _ => "unknown".to_string(),
+    }
+}
+
+/// Loopback spelled three ways is one server: duplicate detection must see that.
+fn canonical_host(host: &str) -> &str {
+    match host {
+        "localhost" | "127.0.0.1" | "::1" | "[::1]" => "127.0.0.1",
+        other => other,
+    }
+}
+
+/// fred's URL errors may echo the URL, which may hold a password.
+fn scrub(details: &str, url: &str) -> String {
+    let mut out = details.replace(url, "<url>");
+    if let Some((userinfo, _)) = url.split_once('@') {
+        if let Some((_, secret)) = userinfo.rsplit_once(':') {
+            if !secret.is_empty() && !secret.starts_with("//") {
+                out = out.replace(secret, "<redacted>");
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_names_are_one_server() {
+        let a = Node::from_url(0, "redis://localhost:7001").unwrap();
+        let b = Node::from_url(1, "redis://127.0.0.1:7001/0").unwrap();
+        assert_eq!(a.name, b.name);
+        let c = Node::from_url(2, "redis://127.0.0.1:7001/1").unwrap();
+        assert_ne!(a.name, c.name);
+    }
+
+    #[test]
+    fn names_and_errors_hide_credentials() {
+        let a = Node::from_url(0, "redis://user:hunter2@127.0.0.1:7001").unwrap();
+        assert!(!a.name.contains("hunter2"));
+        assert!(!format!("{a:?}").contains("hunter2"));
+        let err = Node::from_url(0, "redis://user:hunter2@127.0.0.1:notaport").unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn scrub_removes_secret() {
+        assert_eq!(scrub("bad redis://u:pw@h:1", "redis://u:pw@h:1"), "bad <url>");
+        assert_eq!(scrub("pw is wrong", "redis://u:pw@h:1"), "<redacted> is wrong");
+    }
+}

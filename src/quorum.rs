@@ -1,0 +1,263 @@
+//! The one fan-out primitive and the quorum and validity arithmetic.
+//!
+//! Acquire, extend, release and inspect all send one command per node through [`fan_out`], which
+//! returns as soon as the caller's rule says the outcome is known: a dead, hung or slow minority
+//! never adds its timeout to the latency. Commands still running at that point are not dropped:
+//! they are driven to completion in a background task, so fred's own per-command timeout stays in
+//! charge of them and whatever they chain (a release after a late grant) still happens in order.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::time::Instant;
+
+use crate::error::{InvalidInput, Vote};
+
+/// The quorum of the CONFIGURED nodes (never of the connected ones).
+pub(crate) fn quorum(nodes: usize) -> usize {
+    nodes / 2 + 1
+}
+
+/// Whether a set of votes already decides a quorum question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// More answers are needed.
+    Undecided,
+    /// At least a quorum granted.
+    Reached,
+    /// So many refused or failed that a quorum can no longer be reached.
+    Impossible,
+}
+
+/// Decides from the votes so far (`Pending` = not answered yet).
+pub(crate) fn outcome(votes: &[Vote]) -> Outcome {
+    let n = votes.len();
+    let q = quorum(n);
+    let granted = votes.iter().filter(|v| matches!(v, Vote::Granted)).count();
+    let against = votes
+        .iter()
+        .filter(|v| matches!(v, Vote::Refused | Vote::Failed(_)))
+        .count();
+    if granted >= q {
+        Outcome::Reached
+    } else if against > n - q {
+        Outcome::Impossible
+    } else {
+        Outcome::Undecided
+    }
+}
+
+/// The clock-drift allowance: `ttl * drift_factor + 2 ms` (Redis' 1 ms expiry precision + 1 ms).
+pub(crate) fn drift(ttl: Duration, drift_factor: f64) -> Duration {
+    ttl.mul_f64(drift_factor) + Duration::from_millis(2)
+}
+
+/// How long a lock granted now is valid: `ttl - drift`, or an error when nothing is left.
+pub(crate) fn validity(ttl: Duration, drift_factor: f64) -> Result<Duration, InvalidInput> {
+    let d = drift(ttl, drift_factor);
+    match ttl.checked_sub(d) {
+        Some(v) if !v.is_zero() => Ok(v),
+        _ => Err(InvalidInput::TtlTooShort { ttl, drift: d }),
+    }
+}
+
+/// Validates a TTL and turns it into whole milliseconds for Redis, rounding UP: a key that lives
+/// a fraction of a millisecond longer than asked is safe; one that dies earlier is not.
+pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, InvalidInput> {
+    if ttl.is_zero() {
+        return Err(InvalidInput::ZeroTtl);
+    }
+    let ms = ttl.as_nanos().div_ceil(1_000_000);
+    // Redis takes a signed 64-bit PX; stay far from the monotonic clock's limits too.
+    if ms > (i64::MAX as u128) / 1_000 {
+        return Err(InvalidInput::TtlTooLarge(ttl));
+    }
+    Ok(ms as u64)
+}
+
+/// Default per-node timeout for a TTL: 5% of it, at least 10 ms, at most 500 ms, and never more
+/// than half the TTL. A node slower than this counts as failed for that attempt.
+pub(crate) fn default_node_timeout(ttl: Duration) -> Duration {
+    (ttl / 20)
+        .clamp(Duration::from_millis(10), Duration::from_millis(500))
+        .min(ttl / 2)
+        .max(Duration::from_millis(1))
+}
+
+/// Runs `calls` (node index, command future) concurrently and returns each node's answer as soon
+/// as `decided` says enough is known, or when `until` passes. Nodes that did not answer by then
+/// are `None`; their futures go on in a background task. Indices not in `calls` stay `None`.
+///
+/// Cancellation: dropping the returned future drops the per-node futures; commands already handed
+/// to fred still run on their nodes (fred keeps per-connection order), so callers that need a
+/// clean-up after cancellation arm their own guard (see `Redlock::attempt`).
+pub(crate) async fn fan_out<T, F>(
+    nodes: usize,
+    calls: impl IntoIterator<Item = (usize, F)>,
+    until: Option<Instant>,
+    mut decided: impl FnMut(&[Option<T>]) -> bool,
+) -> Vec<Option<T>>
+where
+    T: Send + 'static,
+    F: Future<Output = T> + Send + 'static,
+{
+    let mut answers: Vec<Option<T>> = (0..nodes).map(|_| None).collect();
+    let mut running: FuturesUnordered<_> = calls
+        .into_iter()
+        .map(|(i, call)| async move { (i, call.await) })
+        .collect();
+    let timer = async {
+        match until {
+            Some(t) => tokio::time::sleep_until(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(timer);
+    while !running.is_empty() {
+        tokio::select! {
+            biased;
+            Some((i, answer)) = running.next() => {
+                answers[i] = Some(answer);
+                if decided(&answers) {
+                    break;
+                }
+            }
+            () = &mut timer => break,
+        }
+    }
+    if !running.is_empty() {
+        // Late answers are not needed, but their commands must finish under fred's timeout.
+        tokio::spawn(async move { while running.next().await.is_some() {} });
+    }
+    answers
+}
+
+/// Votes with unanswered nodes as [`Vote::Pending`].
+pub(crate) fn votes(answers: Vec<Option<Vote>>) -> crate::error::Votes {
+    crate::error::Votes(answers.into_iter().map(|a| a.unwrap_or(Vote::Pending)).collect())
+}
+
+/// `decided` rule for quorum questions: stop once the outcome is known.
+pub(crate) fn quorum_known(answers: &[Option<Vote>]) -> bool {
+    let votes: Vec<Vote> = answers
+        .iter()
+        .map(|a| a.clone().unwrap_or(Vote::Pending))
+        .collect();
+    outcome(&votes) != Outcome::Undecided
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{NodeError, NodeErrorKind};
+
+    fn failed() -> Vote {
+        Vote::Failed(NodeError {
+            node: "n".into(),
+            kind: NodeErrorKind::Timeout,
+            message: String::new(),
+        })
+    }
+
+    #[test]
+    fn quorum_of_configured_nodes() {
+        assert_eq!(quorum(1), 1);
+        assert_eq!(quorum(2), 2);
+        assert_eq!(quorum(3), 2);
+        assert_eq!(quorum(4), 3);
+        assert_eq!(quorum(5), 3);
+    }
+
+    #[test]
+    fn decides_as_soon_as_known() {
+        use Vote::*;
+        assert_eq!(outcome(&[Granted, Granted, Pending]), Outcome::Reached);
+        assert_eq!(outcome(&[Granted, Pending, Pending]), Outcome::Undecided);
+        assert_eq!(outcome(&[Refused, failed(), Pending]), Outcome::Impossible);
+        assert_eq!(outcome(&[Granted, Refused, Pending]), Outcome::Undecided);
+        assert_eq!(
+            outcome(&[Granted, Granted, Refused, Refused, Pending]),
+            Outcome::Undecided
+        );
+        assert_eq!(
+            outcome(&[Granted, Granted, Refused, Refused, Refused]),
+            Outcome::Impossible
+        );
+        // Every mask of N = 3 and 5: reached exactly when granted >= quorum.
+        for n in [3usize, 5] {
+            for mask in 0u32..(1 << n) {
+                let v: Vec<Vote> = (0..n)
+                    .map(|i| if mask & (1 << i) != 0 { Granted } else { Refused })
+                    .collect();
+                let reached = (mask.count_ones() as usize) >= quorum(n);
+                assert_eq!(outcome(&v) == Outcome::Reached, reached, "n={n} mask={mask:b}");
+            }
+        }
+    }
+
+    #[test]
+    fn validity_arithmetic() {
+        let ttl = Duration::from_secs(10);
+        assert_eq!(drift(ttl, 0.01), Duration::from_millis(102));
+        assert_eq!(validity(ttl, 0.01).unwrap(), Duration::from_millis(9_898));
+        assert!(matches!(
+            validity(Duration::from_millis(2), 0.01),
+            Err(InvalidInput::TtlTooShort { .. })
+        ));
+        assert_eq!(
+            validity(Duration::from_millis(100), 0.01).unwrap(),
+            Duration::from_millis(97)
+        );
+    }
+
+    #[test]
+    fn ttl_rounds_up_and_rejects_bad_values() {
+        assert_eq!(ttl_millis(Duration::from_micros(1_500)).unwrap(), 2);
+        assert_eq!(ttl_millis(Duration::from_millis(7)).unwrap(), 7);
+        assert_eq!(ttl_millis(Duration::ZERO), Err(InvalidInput::ZeroTtl));
+        assert!(matches!(
+            ttl_millis(Duration::MAX),
+            Err(InvalidInput::TtlTooLarge(_))
+        ));
+    }
+
+    #[test]
+    fn node_timeout_defaults() {
+        assert_eq!(
+            default_node_timeout(Duration::from_secs(10)),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            default_node_timeout(Duration::from_secs(1)),
+            Duration::from_millis(50)
+        );
+        assert_eq!(
+            default_node_timeout(Duration::from_millis(100)),
+            Duration::from_millis(10)
+        );
+        assert_eq!(
+            default_node_timeout(Duration::from_millis(10)),
+            Duration::from_millis(5)
+        );
+    }
+
+    #[tokio::test]
+    async fn fan_out_returns_before_a_hung_node() {
+        let calls: Vec<(usize, std::pin::Pin<Box<dyn Future<Output = Vote> + Send>>)> = vec![
+            (0, Box::pin(async { Vote::Granted })),
+            (1, Box::pin(async { Vote::Granted })),
+            (2, Box::pin(std::future::pending())),
+        ];
+        let got = tokio::time::timeout(
+            Duration::from_secs(5),
+            fan_out(3, calls, None, quorum_known),
+        )
+        .await
+        .expect("decided without the hung node");
+        assert_eq!(
+            votes(got).0,
+            vec![Vote::Granted, Vote::Granted, Vote::Pending]
+        );
+    }
+}

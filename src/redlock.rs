@@ -1,0 +1,557 @@
+//! Redlock itself: acquire with retries, try_acquire, inspect; and the extend/release rounds
+//! that [`Lock`] runs. The algorithm lives here and nowhere else; it never parses a reply
+//! (that is [`crate::node`]) and never counts votes by hand (that is [`crate::quorum`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::config::{Builder, Retry};
+use crate::error::{Error, InvalidInput, NodeError, NotHeldReason, Result, Vote, Votes};
+use crate::lock::Lock;
+use crate::node::{Held, Node};
+use crate::quorum::{self, fan_out, quorum_known, votes, Outcome};
+
+/// A Redlock over N independent Redis nodes. Cheap to clone (one `Arc`); share it freely
+/// across tasks.
+#[derive(Clone, Debug)]
+pub struct Redlock {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) nodes: Vec<Arc<Node>>,
+    pub(crate) quorum: usize,
+    pub(crate) retry: Retry,
+    pub(crate) drift_factor: f64,
+    pub(crate) node_timeout: Option<Duration>,
+    pub(crate) key_prefix: String,
+}
+
+/// One or several resource names: `&str`, `String`, arrays, slices and vectors of them.
+///
+/// Several resources are locked all or nothing (one script per node). Names are sorted and
+/// de-duplicated; [`Lock::resources`] returns that normalised list.
+pub trait Resources {
+    /// The resource names, as given.
+    fn into_names(self) -> Vec<String>;
+}
+
+impl Resources for &str {
+    fn into_names(self) -> Vec<String> {
+        vec![self.to_string()]
+    }
+}
+impl Resources for String {
+    fn into_names(self) -> Vec<String> {
+        vec![self]
+    }
+}
+impl Resources for &String {
+    fn into_names(self) -> Vec<String> {
+        vec![self.clone()]
+    }
+}
+impl<T: AsRef<str>, const N: usize> Resources for [T; N] {
+    fn into_names(self) -> Vec<String> {
+        self.iter().map(|s| s.as_ref().to_string()).collect()
+    }
+}
+impl<T: AsRef<str>> Resources for &[T] {
+    fn into_names(self) -> Vec<String> {
+        self.iter().map(|s| s.as_ref().to_string()).collect()
+    }
+}
+impl<T: AsRef<str>> Resources for Vec<T> {
+    fn into_names(self) -> Vec<String> {
+        self.iter().map(|s| s.as_ref().to_string()).collect()
+    }
+}
+
+/// A validated acquire request: the same for every attempt of one call.
+struct Request {
+    resources: Vec<String>,
+    keys: Vec<String>,
+    ttl: Duration,
+    ttl_ms: u64,
+    validity: Duration,
+    timeout: Duration,
+}
+
+/// Why one attempt did not produce a lock.
+enum Failure {
+    Contended(Votes),
+    Unavailable(Votes),
+    Expired(Duration),
+}
+
+/// What one node says about a resource, from [`Redlock::inspect`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeView {
+    /// The node, as `host:port/db`.
+    pub node: String,
+    /// `Ok(None)`: free here; `Ok(Some(holder))`: held here; `Err`: this node could not say.
+    pub state: std::result::Result<Option<Holder>, NodeError>,
+}
+
+/// A value found at a lock key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The token stored at the key (a fredlock token, or whatever else someone put there).
+    pub token: String,
+    /// Time left before the key expires on that node; `None` when the key has no expiry.
+    pub ttl: Option<Duration>,
+}
+
+/// Who holds a resource, node by node. See [`Redlock::inspect`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    /// The resource inspected.
+    pub resource: String,
+    /// How many nodes make a quorum.
+    pub quorum: usize,
+    /// Each configured node's view, in configuration order.
+    pub nodes: Vec<NodeView>,
+}
+
+impl Inspection {
+    /// The token held on at least a quorum of nodes, if any: the current owner.
+    pub fn holder(&self) -> Option<&str> {
+        let tokens = self.nodes.iter().filter_map(|n| match &n.state {
+            Ok(Some(h)) => Some(h.token.as_str()),
+            _ => None,
+        });
+        let mut counts: Vec<(&str, usize)> = Vec::new();
+        for t in tokens {
+            match counts.iter_mut().find(|(k, _)| *k == t) {
+                Some((_, c)) => *c += 1,
+                None => counts.push((t, 1)),
+            }
+        }
+        counts.into_iter().find(|&(_, c)| c >= self.quorum).map(|(t, _)| t)
+    }
+
+    /// True when every node answered and none holds the key.
+    pub fn is_free(&self) -> bool {
+        self.nodes.iter().all(|n| matches!(n.state, Ok(None)))
+    }
+
+    /// The largest remaining TTL among the nodes that hold `token`.
+    pub fn remaining(&self, token: &str) -> Option<Duration> {
+        self.nodes
+            .iter()
+            .filter_map(|n| match &n.state {
+                Ok(Some(h)) if h.token == token => h.ttl,
+                _ => None,
+            })
+            .max()
+    }
+}
+
+impl Redlock {
+    /// Starts a [`Builder`].
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    pub(crate) fn from_inner(inner: Inner) -> Redlock {
+        Redlock {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// How many nodes must agree: `nodes / 2 + 1` of the configured nodes.
+    pub fn quorum(&self) -> usize {
+        self.inner.quorum
+    }
+
+    /// The configured nodes as `host:port/db` (no credentials), in configuration order.
+    pub fn node_names(&self) -> Vec<String> {
+        self.inner.nodes.iter().map(|n| n.name.clone()).collect()
+    }
+
+    /// The fred client of node `index`, for commands of your own (for example reading the data
+    /// the lock protects). `None` when out of range.
+    pub fn client(&self, index: usize) -> Option<&fred::clients::Client> {
+        self.inner.nodes.get(index).map(|n| n.client())
+    }
+
+    /// The Redis key that holds `resource`'s lock on every node.
+    pub fn key(&self, resource: &str) -> String {
+        format!("{}{}", self.inner.key_prefix, resource)
+    }
+
+    /// Acquires `resources` (one name, or several all-or-nothing) for `ttl`, retrying per the
+    /// configured [`Retry`] while it is held elsewhere or nodes fail.
+    ///
+    /// Each attempt sends one command per node at once and decides as soon as a quorum granted
+    /// or can no longer grant; the lock's validity is counted from before the first command.
+    /// A failed attempt releases on every node that granted or did not answer.
+    ///
+    /// Errors: [`Error::Contended`], [`Error::Unavailable`], [`Error::ValidityExpired`] after
+    /// the last attempt; [`Error::InvalidInput`] at once.
+    ///
+    /// Cancellation: dropping the future at any point releases in the background whatever the
+    /// current attempt may have set, on every node (the release is queued behind that node's
+    /// `SET` on the same connection, so it lands after it). Nothing stays locked for a TTL.
+    pub async fn acquire(&self, resources: impl Resources, ttl: Duration) -> Result<Lock> {
+        self.acquire_inner(resources.into_names(), ttl, self.inner.retry, None)
+            .await
+    }
+
+    /// Like [`acquire`](Self::acquire), but gives up once `wait` has passed: no attempt starts
+    /// after `wait`, so the call returns within `wait` plus one per-node timeout.
+    /// The retry policy still applies (attempt count and pauses).
+    ///
+    /// Cancellation: as for [`acquire`](Self::acquire).
+    pub async fn acquire_with(&self, resources: impl Resources, ttl: Duration, wait: Duration) -> Result<Lock> {
+        self.acquire_inner(resources.into_names(), ttl, self.inner.retry, Some(wait))
+            .await
+    }
+
+    /// One attempt, no retry. `Ok(None)` when the lock is held by someone else (contention is not
+    /// an error here); errors when nodes are unreachable or the validity ran out.
+    ///
+    /// Cancellation: as for [`acquire`](Self::acquire).
+    pub async fn try_acquire(&self, resources: impl Resources, ttl: Duration) -> Result<Option<Lock>> {
+        match self
+            .acquire_inner(resources.into_names(), ttl, Retry::once(), None)
+            .await
+        {
+            Ok(lock) => Ok(Some(lock)),
+            Err(Error::Contended { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads who holds `resource` on every node (value and remaining TTL), atomically per node.
+    /// Waits for every node, each bounded by the per-node timeout (default 500 ms here).
+    /// Never changes anything.
+    ///
+    /// Cancellation: safe at any point (read-only).
+    pub async fn inspect(&self, resource: &str) -> Result<Inspection> {
+        if resource.is_empty() {
+            return Err(InvalidInput::EmptyResource.into());
+        }
+        let key = self.key(resource);
+        let timeout = self.inner.node_timeout.unwrap_or(Duration::from_millis(500));
+        let calls = self
+            .inner
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i, n.clone().inspect(key.clone(), timeout)));
+        let answers = fan_out(self.inner.nodes.len(), calls, None, |_| false).await;
+        let nodes = answers
+            .into_iter()
+            .zip(&self.inner.nodes)
+            .map(|(answer, node)| NodeView {
+                node: node.name.clone(),
+                state: match answer {
+                    Some(Ok(found)) => Ok(found.map(|(token, pttl)| Holder {
+                        token,
+                        ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                    })),
+                    Some(Err(e)) => Err(e),
+                    None => Err(NodeError {
+                        node: node.name.clone(),
+                        kind: crate::error::NodeErrorKind::Timeout,
+                        message: "no answer".into(),
+                    }),
+                },
+            })
+            .collect();
+        Ok(Inspection {
+            resource: resource.to_string(),
+            quorum: self.inner.quorum,
+            nodes,
+        })
+    }
+
+    fn request(&self, names: Vec<String>, ttl: Duration) -> Result<Request> {
+        if names.is_empty() {
+            return Err(InvalidInput::NoResources.into());
+        }
+        if names.iter().any(|n| n.is_empty()) {
+            return Err(InvalidInput::EmptyResource.into());
+        }
+        let ttl_ms = quorum::ttl_millis(ttl)?;
+        let validity = quorum::validity(ttl, self.inner.drift_factor)?;
+        let mut resources = names;
+        resources.sort();
+        resources.dedup();
+        let keys = resources.iter().map(|r| self.key(r)).collect();
+        Ok(Request {
+            resources,
+            keys,
+            ttl,
+            ttl_ms,
+            validity,
+            timeout: self.inner.node_timeout(ttl),
+        })
+    }
+
+    async fn acquire_inner(&self, names: Vec<String>, ttl: Duration, retry: Retry, wait: Option<Duration>) -> Result<Lock> {
+        let req = self.request(names, ttl)?;
+        let span = tracing::debug_span!(
+            "fredlock.acquire",
+            resources = ?req.resources,
+            ttl_ms = req.ttl_ms,
+            attempt = tracing::field::Empty,
+            granted = tracing::field::Empty,
+            failed = tracing::field::Empty,
+            elapsed_us = tracing::field::Empty,
+            remaining_ms = tracing::field::Empty,
+        );
+        async move {
+            let give_up = wait.map(|w| Instant::now() + w);
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                let failure = match self.attempt(&req).await {
+                    Ok(lock) => {
+                        let span = tracing::Span::current();
+                        span.record("attempt", attempt);
+                        span.record("remaining_ms", lock.remaining().as_millis() as u64);
+                        tracing::debug!("acquired");
+                        return Ok(lock);
+                    }
+                    Err(failure) => failure,
+                };
+                let pause = retry.delay + random_up_to(retry.jitter);
+                let out_of_time = give_up.is_some_and(|g| Instant::now() + pause >= g);
+                if attempt >= retry.attempts || out_of_time {
+                    tracing::Span::current().record("attempt", attempt);
+                    return Err(match failure {
+                        Failure::Contended(votes) => Error::Contended { attempts: attempt, votes },
+                        Failure::Unavailable(votes) => Error::Unavailable {
+                            attempts: attempt,
+                            nodes: self.inner.nodes.len(),
+                            quorum: self.inner.quorum,
+                            reachable: votes.granted() + votes.refused(),
+                            votes,
+                        },
+                        Failure::Expired(elapsed) => Error::ValidityExpired { attempts: attempt, elapsed, ttl: req.ttl },
+                    });
+                }
+                tokio::time::sleep(pause).await;
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// One Redlock attempt with a fresh token.
+    async fn attempt(&self, req: &Request) -> std::result::Result<Lock, Failure> {
+        let held = Arc::new(Held {
+            keys: req.keys.clone(),
+            token: new_token(),
+        });
+        // Armed until the outcome is settled: if this future is dropped, release everywhere.
+        let mut guard = CleanupGuard {
+            inner: Some(self.inner.clone()),
+            held: held.clone(),
+        };
+        let t0 = Instant::now();
+        let deadline = t0 + req.validity;
+        let calls = self
+            .inner
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i, n.clone().acquire(held.clone(), req.ttl_ms, req.timeout)));
+        let votes = votes(fan_out(self.inner.nodes.len(), calls, Some(deadline), quorum_known).await);
+        let now = Instant::now();
+        let span = tracing::Span::current();
+        span.record("granted", votes.granted());
+        span.record("failed", votes.failed());
+        span.record("elapsed_us", now.duration_since(t0).as_micros() as u64);
+
+        let granted = quorum::outcome(&votes.0) == Outcome::Reached;
+        if granted && now < deadline {
+            guard.inner = None;
+            return Ok(Lock::new(self.clone(), held, req.resources.clone(), req.ttl, t0, deadline));
+        }
+        // Release wherever our token may be: nodes that granted, failed or did not answer.
+        // Wait only for the nodes known to be responsive (those that granted); the rest finish
+        // in the background, queued behind their SET.
+        let wait_for: Vec<usize> = (0..votes.0.len()).filter(|&i| votes.0[i] == Vote::Granted).collect();
+        let targets = (0..votes.0.len()).filter(|&i| votes.0[i] != Vote::Refused);
+        self.inner.release_round(&held, targets, |a| wait_for.iter().all(|&i| a[i].is_some())).await;
+        guard.inner = None;
+        let failure = if granted {
+            Failure::Expired(now.duration_since(t0))
+        } else if votes.failed() > self.inner.nodes.len() - self.inner.quorum || votes.refused() == 0 {
+            Failure::Unavailable(votes)
+        } else {
+            Failure::Contended(votes)
+        };
+        Err(failure)
+    }
+}
+
+impl Inner {
+    pub(crate) fn node_timeout(&self, ttl: Duration) -> Duration {
+        self.node_timeout.unwrap_or_else(|| quorum::default_node_timeout(ttl))
+    }
+
+    /// Sends the release script to `targets`, returns when `enough` says so (or after the
+    /// per-node timeout). Unanswered nodes finish in the background.
+    pub(crate) async fn release_round(
+        &self,
+        held: &Arc<Held>,
+        targets: impl Iterator<Item = usize>,
+        enough: impl FnMut(&[Option<Vote>]) -> bool,
+    ) -> Votes {
+        let timeout = self.release_timeout();
+        let calls: Vec<_> = targets
+            .map(|i| (i, self.nodes[i].clone().release(held.clone(), timeout)))
+            .collect();
+        votes(fan_out(self.nodes.len(), calls, None, enough).await)
+    }
+
+    /// Releases on every node, deciding as soon as the outcome is known.
+    pub(crate) async fn release_all(&self, held: &Arc<Held>) -> Votes {
+        self.release_round(held, 0..self.nodes.len(), quorum_known).await
+    }
+
+    fn release_timeout(&self) -> Duration {
+        self.node_timeout.unwrap_or(Duration::from_millis(500))
+    }
+
+    /// One extend round: every node resets the TTL if our token is still there. Succeeds with a
+    /// quorum within the current validity; the new deadline counts from this round's start.
+    pub(crate) async fn extend(&self, held: &Arc<Held>, ttl: Duration, current_deadline: Instant) -> Result<Instant> {
+        let ttl_ms = quorum::ttl_millis(ttl)?;
+        let validity = quorum::validity(ttl, self.drift_factor)?;
+        let t0 = Instant::now();
+        if t0 >= current_deadline {
+            return Err(Error::NotHeld {
+                reason: NotHeldReason::Expired,
+                votes: Votes::default(),
+            });
+        }
+        let timeout = self.node_timeout(ttl);
+        let calls = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i, n.clone().extend(held.clone(), ttl_ms, timeout)));
+        let votes = votes(fan_out(self.nodes.len(), calls, Some(current_deadline), quorum_known).await);
+        let reached = quorum::outcome(&votes.0) == Outcome::Reached;
+        if reached && Instant::now() < current_deadline {
+            return Ok(t0 + validity);
+        }
+        let n = self.nodes.len();
+        Err(if Instant::now() >= current_deadline {
+            Error::NotHeld {
+                reason: NotHeldReason::Expired,
+                votes,
+            }
+        } else if votes.refused() > n - self.quorum {
+            Error::NotHeld {
+                reason: NotHeldReason::TokenGone,
+                votes,
+            }
+        } else {
+            Error::Unavailable {
+                attempts: 1,
+                nodes: n,
+                quorum: self.quorum,
+                reachable: votes.granted() + votes.refused(),
+                votes,
+            }
+        })
+    }
+}
+
+/// Releases an attempt's keys on every node if the attempt is dropped before it settled.
+struct CleanupGuard {
+    inner: Option<Arc<Inner>>,
+    held: Arc<Held>,
+}
+
+impl Drop for CleanupGuard {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.take() {
+            spawn_release(inner, self.held.clone(), "acquire cancelled");
+        }
+    }
+}
+
+/// Releases on every node from a background task (used on drop paths).
+pub(crate) fn spawn_release(inner: Arc<Inner>, held: Arc<Held>, why: &'static str) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => {
+            tracing::debug!(keys = ?held.keys, why, "fredlock: releasing in the background");
+            rt.spawn(async move {
+                let votes = inner.release_round(&held, 0..inner.nodes.len(), |a| a.iter().all(Option::is_some)).await;
+                tracing::debug!(keys = ?held.keys, %votes, why, "fredlock: background release done");
+            });
+        }
+        Err(_) => {
+            tracing::warn!(keys = ?held.keys, why, "fredlock: no tokio runtime to release on; the keys expire with their TTL");
+        }
+    }
+}
+
+/// 128 random bits from a CSPRNG (rand's ThreadRng: ChaCha12 seeded from the OS), as 32 hex digits.
+fn new_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+fn random_up_to(max: Duration) -> Duration {
+    if max.is_zero() {
+        return Duration::ZERO;
+    }
+    let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(rand::random_range(0..=nanos))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_128_bit_and_fresh() {
+        let a = new_token();
+        let b = new_token();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn jitter_stays_in_range() {
+        for _ in 0..1000 {
+            assert!(random_up_to(Duration::from_millis(5)) <= Duration::from_millis(5));
+        }
+        assert_eq!(random_up_to(Duration::ZERO), Duration::ZERO);
+    }
+
+    #[test]
+    fn holder_needs_a_quorum() {
+        let view = |t: Option<&str>| NodeView {
+            node: "n".into(),
+            state: Ok(t.map(|t| Holder {
+                token: t.into(),
+                ttl: Some(Duration::from_secs(1)),
+            })),
+        };
+        let i = Inspection {
+            resource: "r".into(),
+            quorum: 2,
+            nodes: vec![view(Some("a")), view(Some("b")), view(None)],
+        };
+        assert_eq!(i.holder(), None);
+        assert!(!i.is_free());
+        let i = Inspection {
+            nodes: vec![view(Some("a")), view(Some("a")), view(None)],
+            ..i
+        };
+        assert_eq!(i.holder(), Some("a"));
+    }
+}
