@@ -236,22 +236,26 @@ impl Builder {
     }
 }
 
-/// Waits until a quorum of nodes connected, or all first attempts settled, or `wait` ran out.
+/// Waits until every node's first connection attempt finished, but once a quorum is connected
+/// gives the rest only [`CONNECT_GRACE`] more; never longer than `wait` in all.
 async fn wait_for_quorum(nodes: &[Arc<Node>], wait: Duration) {
     use futures::stream::{FuturesUnordered, StreamExt};
     let q = quorum::quorum(nodes.len());
-    let mut pending: FuturesUnordered<_> = nodes.iter().map(|n| n.wait_connected()).collect();
+    let mut pending: FuturesUnordered<_> = nodes.iter().map(|n| n.first_attempt()).collect();
     let mut connected = 0;
-    let _ = tokio::time::timeout(wait, async {
-        while let Some(ok) = pending.next().await {
-            connected += usize::from(ok);
-            if connected >= q {
-                break;
-            }
+    let give_up = tokio::time::Instant::now() + wait;
+    let mut until = give_up;
+    while let Ok(Some(ok)) = tokio::time::timeout_at(until, pending.next()).await {
+        connected += usize::from(ok);
+        if connected >= q {
+            until = until.min(tokio::time::Instant::now() + CONNECT_GRACE);
         }
-    })
-    .await;
+    }
     if connected < q {
         tracing::warn!(connected, quorum = q, "fredlock: fewer than a quorum of nodes connected at build; they keep connecting in the background");
     }
 }
+
+/// Once a quorum is connected, how much longer `build()` waits for the other nodes' first
+/// connection attempts (a node that accepts TCP but never answers would otherwise hold it up).
+pub const CONNECT_GRACE: Duration = Duration::from_millis(100);

@@ -55,6 +55,7 @@ mod quorum;
 mod redlock;
 mod scripts;
 #[cfg(feature = "testkit")]
+#[allow(unsafe_code)] // signals (SIGSTOP, SIGKILL) and SO_LINGER need libc
 pub mod testkit;
 
 pub use config::{Builder, Retry};

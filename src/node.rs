@@ -30,11 +30,42 @@ pub(crate) struct Node {
     client: Client,
     /// `host:port/db`, safe to log.
     pub(crate) name: String,
+    /// Whether fredlock created the client (and so quits it when the Redlock is dropped).
+    owned: bool,
+    /// Outcome of the latest connection attempt of fredlock's connect loop.
+    link: tokio::sync::watch::Sender<Link>,
+    /// Set when the Redlock is dropped: the connect loop stops.
+    closed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Where a node's connection stands, as far as the connect loop knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Link {
+    /// The first attempt has not finished yet.
+    Connecting,
+    /// The latest attempt connected (fred's reconnect policy handles later drops).
+    Up,
+    /// The latest attempt failed; the loop retries with backoff.
+    Down,
 }
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node").field("name", &self.name).finish()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.closed.store(true, std::sync::atomic::Ordering::Release);
+        if self.owned {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let client = self.client.clone();
+                rt.spawn(async move {
+                    let _ = client.quit().await;
+                });
+            }
+        }
     }
 }
 
@@ -52,9 +83,9 @@ impl Node {
             index,
             reason: scrub(e.details(), url),
         })?;
-        // Initial connection failures go through the reconnect policy: a service must be able
-        // to start while a minority of its nodes is down.
-        config.fail_fast = false;
+        // The first attempt is made at once and its failure reported (fred's reconnect policy
+        // would sleep before even the first attempt); fredlock's connect loop retries it.
+        config.fail_fast = true;
         let client = fred::types::Builder::from_config(config)
             .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
             .with_connection_config(|c| {
@@ -73,29 +104,69 @@ impl Node {
                 index,
                 reason: scrub(e.details(), url),
             })?;
-        Ok(Node::from_client(client))
+        let mut node = Node::from_client(client);
+        node.owned = true;
+        Ok(node)
     }
 
     /// Wraps a caller's client. It must have a reconnect policy (checked by the builder).
     pub(crate) fn from_client(client: Client) -> Node {
         let name = describe(&client.client_config());
-        Node { client, name }
+        Node {
+            client,
+            name,
+            owned: false,
+            link: tokio::sync::watch::Sender::new(Link::Connecting),
+            closed: Arc::default(),
+        }
     }
 
     pub(crate) fn client(&self) -> &Client {
         &self.client
     }
 
-    /// Starts the connection task if nobody did; never waits.
+    /// Starts fredlock's connect loop unless the client is already connected or connecting;
+    /// never waits. The loop makes the first attempt at once, then retries failed attempts with
+    /// backoff (50 ms doubling to 2 s) until one succeeds; from then on fred's reconnect policy
+    /// takes over. A service can therefore start while a node is down.
     pub(crate) fn connect(&self) {
-        if self.client.state() == ClientState::Disconnected {
-            let _task = self.client.connect();
+        if self.client.state() != ClientState::Disconnected {
+            self.link.send_replace(Link::Up);
+            return;
         }
+        let client = self.client.clone();
+        let link = self.link.clone();
+        let closed = self.closed.clone();
+        let name = self.name.clone();
+        tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(50);
+            while !closed.load(std::sync::atomic::Ordering::Acquire) {
+                match client.init().await {
+                    Ok(task) => {
+                        link.send_replace(Link::Up);
+                        backoff = Duration::from_millis(50);
+                        // Runs until the client quits (fred reconnects on its own meanwhile).
+                        let _ = task.await;
+                    }
+                    Err(e) => {
+                        link.send_replace(Link::Down);
+                        tracing::debug!(node = %name, error = %e.details(), "fredlock: connection attempt failed; retrying");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(2));
+                    }
+                }
+            }
+        });
     }
 
-    /// Resolves when the first connection attempt succeeded or failed.
-    pub(crate) async fn wait_connected(&self) -> bool {
-        self.client.is_connected() || self.client.wait_for_connect().await.is_ok()
+    /// Resolves once the first connection attempt finished: true when connected.
+    pub(crate) async fn first_attempt(&self) -> bool {
+        let mut rx = self.link.subscribe();
+        let up = match rx.wait_for(|l| *l != Link::Connecting).await {
+            Ok(l) => *l == Link::Up,
+            Err(_) => false,
+        };
+        up
     }
 
     /// One command with fredlock's options: fred's own timeout, one attempt, fail fast while the
