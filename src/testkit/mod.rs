@@ -1,0 +1,58 @@
+//! Test support: real local Redis nodes, node control and network faults.
+//!
+//! Enabled by the `testkit` feature. Meant for this crate's own tests,
+//! examples and benchmarks, and for users who want to test their locking
+//! code against real, independent nodes that crash, stall or misbehave.
+//!
+//! * [`LocalNodes`] starts N independent `redis-server` processes on free
+//!   loopback ports (no persistence, one temp dir each), and can
+//!   [`kill`](LocalNodes::kill), [`pause`](LocalNodes::pause) /
+//!   [`resume`](LocalNodes::resume) (SIGSTOP/SIGCONT) and
+//!   [`restart`](LocalNodes::restart) them (empty, same port). It also speaks
+//!   just enough RESP2 ([`LocalNodes::command`], [`RespValue`]) to inspect or
+//!   poke a node without going through fred. All processes are killed when it
+//!   is dropped.
+//! * [`FaultProxy`] is an in-process TCP proxy in front of a node whose
+//!   [`Fault`] (latency, blackhole, dropped or held replies, connection
+//!   resets) can be switched at run time. No root or `tc` needed.
+//! * [`Blackhole`] is a listener that accepts connections and never answers.
+//!
+//! # Requirements
+//!
+//! `redis-server` (7.0 or newer) must be on `PATH`; install it with
+//! `apt-get install -y redis-server` (Debian/Ubuntu) or `brew install redis`.
+//! The `FREDLOCK_REDIS_SERVER` environment variable overrides the binary.
+//! Node control uses Unix signals, so the testkit is Unix-only.
+//!
+//! # External nodes
+//!
+//! [`from_env_or_start`] uses the nodes listed in `FREDLOCK_NODES`
+//! (comma-separated `redis://` URLs) when it names enough of them, and starts
+//! local nodes otherwise. Tests that need node control should use
+//! [`TestNodes::local`] and skip when it is `None`.
+//!
+//! # Example
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use fredlock::testkit::{Fault, FaultProxy, LocalNodes};
+//!
+//! let mut nodes = LocalNodes::start(3).await?;
+//! nodes.set(0, "k", "v").await?;
+//! assert_eq!(nodes.get(0, "k").await?.as_deref(), Some("v"));
+//!
+//! let proxy = FaultProxy::start(nodes.addr(1)).await?;
+//! proxy.set(Fault::HoldReplies); // clients of proxy.url() now stall
+//! proxy.set(Fault::Pass); // ...and get their replies
+//!
+//! nodes.kill(2)?; // crash a node
+//! nodes.restart(2).await?; // back, empty, on the same port
+//! # Ok(())
+//! # }
+//! ```
+
+mod proxy;
+mod server;
+
+pub use proxy::{Blackhole, Fault, FaultProxy};
+pub use server::{from_env_or_start, resp_command, LocalNodes, RespValue, TestNodes};
