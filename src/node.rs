@@ -190,12 +190,19 @@ impl Node {
     /// kept: a release still lands after this node's earlier commands).
     async fn script(&self, script: &Script, held: &Held, extra: Option<u64>, timeout: Duration) -> Result<Value, NodeError> {
         let mut args = Vec::with_capacity(held.keys.len() + 4);
-        args.push(Value::from(script.sha.as_str()));
+        if script.always_eval {
+            args.push(Value::from(script.body));
+        } else {
+            args.push(Value::from(script.sha.as_str()));
+        }
         args.push(Value::Integer(held.keys.len() as i64));
         args.extend(held.keys.iter().map(|k| Value::from(k.as_str())));
         args.push(Value::from(held.token.as_str()));
         if let Some(x) = extra {
             args.push(Value::Integer(x as i64));
+        }
+        if script.always_eval {
+            return self.call("EVAL", 2, args, timeout).await;
         }
         match self.call("EVALSHA", 2, args.clone(), timeout).await {
             Err(e) if e.kind == NodeErrorKind::Server && e.message.contains("NOSCRIPT") => {

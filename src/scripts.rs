@@ -1,8 +1,11 @@
 //! Every Lua script fredlock runs, each with its KEYS/ARGV contract and reply.
 //!
-//! Scripts are sent with EVALSHA and, on `NOSCRIPT` (after `SCRIPT FLUSH` or a node restart),
-//! resent at once with EVAL on the same connection (see [`crate::node`]): a release or extend
-//! never silently fails to happen because a script cache was emptied.
+//! Most scripts are sent with EVALSHA and, on `NOSCRIPT` (after `SCRIPT FLUSH` or a node
+//! restart), resent at once with EVAL on the same connection (see [`crate::node`]).
+//! RELEASE is always sent with EVAL: a release can be answered after its caller stopped waiting
+//! (a paused node, a dropped future), and a late NOSCRIPT then has nobody left to resend it,
+//! which would leave the key for a whole TTL. A late extend or acquire that meets NOSCRIPT only
+//! fails, which is safe. EVAL costs ~250 bytes more on the wire and a SHA1 on the server.
 //!
 //! All scripts touch only their `KEYS`, so a Redis Cluster used as one node works when the keys
 //! share a hash slot (use hash tags such as `{account}:1`).
@@ -12,6 +15,8 @@
 pub(crate) struct Script {
     pub(crate) body: &'static str,
     pub(crate) sha: String,
+    /// Send the body every time (EVAL), never the hash.
+    pub(crate) always_eval: bool,
 }
 
 impl Script {
@@ -19,6 +24,14 @@ impl Script {
         Script {
             body,
             sha: fred::util::sha1_hash(body),
+            always_eval: false,
+        }
+    }
+
+    fn eval_only(body: &'static str) -> Self {
+        Script {
+            always_eval: true,
+            ..Script::new(body)
         }
     }
 }
@@ -87,7 +100,7 @@ impl Scripts {
         SCRIPTS.get_or_init(|| Scripts {
             acquire_many: Script::new(ACQUIRE_MANY),
             extend: Script::new(EXTEND),
-            release: Script::new(RELEASE),
+            release: Script::eval_only(RELEASE),
             inspect: Script::new(INSPECT),
         })
     }

@@ -100,3 +100,11 @@ where
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
+
+/// Installs a tracing subscriber once (RUST_LOG decides what is shown).
+pub fn trace() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
