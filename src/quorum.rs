@@ -135,7 +135,12 @@ where
 
 /// Votes with unanswered nodes as [`Vote::Pending`].
 pub(crate) fn votes(answers: Vec<Option<Vote>>) -> crate::error::Votes {
-    crate::error::Votes(answers.into_iter().map(|a| a.unwrap_or(Vote::Pending)).collect())
+    crate::error::Votes(
+        answers
+            .into_iter()
+            .map(|a| a.unwrap_or(Vote::Pending))
+            .collect(),
+    )
 }
 
 /// `decided` rule for quorum questions: stop once the outcome is known.
@@ -188,10 +193,20 @@ mod tests {
         for n in [3usize, 5] {
             for mask in 0u32..(1 << n) {
                 let v: Vec<Vote> = (0..n)
-                    .map(|i| if mask & (1 << i) != 0 { Granted } else { Refused })
+                    .map(|i| {
+                        if mask & (1 << i) != 0 {
+                            Granted
+                        } else {
+                            Refused
+                        }
+                    })
                     .collect();
                 let reached = (mask.count_ones() as usize) >= quorum(n);
-                assert_eq!(outcome(&v) == Outcome::Reached, reached, "n={n} mask={mask:b}");
+                assert_eq!(
+                    outcome(&v) == Outcome::Reached,
+                    reached,
+                    "n={n} mask={mask:b}"
+                );
             }
         }
     }
@@ -244,7 +259,8 @@ mod tests {
 
     #[tokio::test]
     async fn fan_out_returns_before_a_hung_node() {
-        let calls: Vec<(usize, std::pin::Pin<Box<dyn Future<Output = Vote> + Send>>)> = vec![
+        type Call = std::pin::Pin<Box<dyn Future<Output = Vote> + Send>>;
+        let calls: Vec<(usize, Call)> = vec![
             (0, Box::pin(async { Vote::Granted })),
             (1, Box::pin(async { Vote::Granted })),
             (2, Box::pin(std::future::pending())),

@@ -26,7 +26,11 @@ async fn every_mask(n: usize) {
             }
         }
         let free = n - mask.count_ones() as usize;
-        let got = env.redlock.try_acquire(resource.as_str(), TTL).await.expect("try_acquire");
+        let got = env
+            .redlock
+            .try_acquire(resource.as_str(), TTL)
+            .await
+            .expect("try_acquire");
         assert_eq!(got.is_some(), free >= q, "n={n} mask={mask:0n$b}");
         let token = got.as_ref().map(|l| l.token().to_string());
         if let Some(lock) = got {
@@ -45,7 +49,11 @@ async fn every_mask(n: usize) {
             })
         })
         .await;
-        assert!(ok, "n={n} mask={mask:b}: {:?} (our token {token:?})", values(&env.redlock, &key).await);
+        assert!(
+            ok,
+            "n={n} mask={mask:b}: {:?} (our token {token:?})",
+            values(&env.redlock, &key).await
+        );
         for i in 0..n {
             del(&env.redlock, i, &key).await;
         }
@@ -70,7 +78,16 @@ async fn contention_after_retries_is_contended_with_votes() {
     match env.redlock.acquire(r.as_str(), TTL).await {
         Err(Error::Contended { attempts, votes }) => {
             assert_eq!(attempts, 3);
-            assert_eq!(votes.refused() + votes.0.iter().filter(|v| **v == fredlock::Vote::Pending).count(), 3, "{votes}");
+            assert_eq!(
+                votes.refused()
+                    + votes
+                        .0
+                        .iter()
+                        .filter(|v| **v == fredlock::Vote::Pending)
+                        .count(),
+                3,
+                "{votes}"
+            );
         }
         other => panic!("expected Contended, got {other:?}"),
     }
@@ -81,7 +98,11 @@ async fn contention_after_retries_is_contended_with_votes() {
 async fn several_resources_are_all_or_nothing() {
     let env = env(3).await;
     let (a, b, c) = (unique("a"), unique("b"), unique("c"));
-    let both = env.redlock.acquire([a.as_str(), b.as_str()], TTL).await.expect("a+b");
+    let both = env
+        .redlock
+        .acquire([a.as_str(), b.as_str()], TTL)
+        .await
+        .expect("a+b");
     let mut sorted = vec![a.clone(), b.clone()];
     sorted.sort();
     assert_eq!(both.resources(), sorted.as_slice());
@@ -89,21 +110,49 @@ async fn several_resources_are_all_or_nothing() {
         // acquire returns at quorum; the last node's SET may still be on its way.
         let want = vec![Some(both.token().to_string()); 3];
         let redlock = &env.redlock;
-        assert!(eventually(Duration::from_secs(2), || async { values(redlock, &key).await == want }).await);
+        assert!(
+            eventually(Duration::from_secs(2), || async {
+                values(redlock, &key).await == want
+            })
+            .await
+        );
     }
     // Overlapping sets conflict; disjoint ones do not.
-    assert!(env.redlock.try_acquire([b.as_str(), c.as_str()], TTL).await.unwrap().is_none());
-    assert_eq!(values(&env.redlock, &env.redlock.key(&c)).await, vec![None; 3], "c set although b was held");
-    let only_c = env.redlock.try_acquire(vec![c.clone()], TTL).await.unwrap().expect("c is free");
+    assert!(env
+        .redlock
+        .try_acquire([b.as_str(), c.as_str()], TTL)
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        values(&env.redlock, &env.redlock.key(&c)).await,
+        vec![None; 3],
+        "c set although b was held"
+    );
+    let only_c = env
+        .redlock
+        .try_acquire(vec![c.clone()], TTL)
+        .await
+        .unwrap()
+        .expect("c is free");
     only_c.release().await.unwrap();
     both.release().await.expect("release both");
     for key in [env.redlock.key(&a), env.redlock.key(&b)] {
         let redlock = &env.redlock;
-        assert!(eventually(Duration::from_secs(2), || async { values(redlock, &key).await == vec![None; 3] }).await);
+        assert!(
+            eventually(Duration::from_secs(2), || async {
+                values(redlock, &key).await == vec![None; 3]
+            })
+            .await
+        );
     }
     // Duplicates collapse.
-    let dup = env.redlock.acquire([a.as_str(), a.as_str()], TTL).await.unwrap();
-    assert_eq!(dup.resources(), &[a.clone()]);
+    let dup = env
+        .redlock
+        .acquire([a.as_str(), a.as_str()], TTL)
+        .await
+        .unwrap();
+    assert_eq!(dup.resources(), std::slice::from_ref(&a));
     dup.release().await.unwrap();
 }
 
@@ -119,12 +168,22 @@ async fn inspect_shows_holder_and_ttl_per_node() {
     assert_eq!(seen.holder(), Some(lock.token()));
     assert_eq!(seen.nodes.len(), 3);
     for node in &seen.nodes {
-        let holder = node.state.as_ref().expect("answered").as_ref().expect("held");
+        let holder = node
+            .state
+            .as_ref()
+            .expect("answered")
+            .as_ref()
+            .expect("held");
         let ttl = holder.ttl.expect("has a TTL");
         assert!(ttl <= TTL && ttl > TTL / 2, "{ttl:?}");
     }
     lock.release().await.unwrap();
     // release() returns at quorum; the last node's DEL may still be on its way.
     let redlock = &env.redlock;
-    assert!(eventually(Duration::from_secs(2), || async { redlock.inspect(&r).await.unwrap().is_free() }).await);
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            redlock.inspect(&r).await.unwrap().is_free()
+        })
+        .await
+    );
 }

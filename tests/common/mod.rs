@@ -31,7 +31,9 @@ pub async fn env(n: usize) -> Env {
 
 /// As [`env`], with builder tweaks.
 pub async fn env_with(n: usize, tweak: impl FnOnce(Builder) -> Builder) -> Env {
-    let nodes = testkit::from_env_or_start(n).await.expect("start redis-server nodes");
+    let nodes = testkit::from_env_or_start(n)
+        .await
+        .expect("start redis-server nodes");
     let redlock = tweak(Redlock::builder().nodes(nodes.urls()).retry(fast_retry()))
         .build()
         .await
@@ -41,7 +43,9 @@ pub async fn env_with(n: usize, tweak: impl FnOnce(Builder) -> Builder) -> Env {
 
 /// Always local nodes (for tests that kill, pause or restart them).
 pub async fn local_with(n: usize, tweak: impl FnOnce(Builder) -> Builder) -> (LocalNodes, Redlock) {
-    let nodes = LocalNodes::start(n).await.expect("start redis-server nodes");
+    let nodes = LocalNodes::start(n)
+        .await
+        .expect("start redis-server nodes");
     let redlock = tweak(Redlock::builder().nodes(nodes.urls()).retry(fast_retry()))
         .build()
         .await
@@ -56,21 +60,37 @@ pub fn unique(name: &str) -> String {
 
 /// GET `key` on node `i` through the Redlock's own client.
 pub async fn get(redlock: &Redlock, i: usize, key: &str) -> Option<String> {
-    redlock.client(i).expect("node").get(key).await.expect("GET")
+    redlock
+        .client(i)
+        .expect("node")
+        .get(key)
+        .await
+        .expect("GET")
 }
 
 /// SET a foreign value at `key` on node `i`, expiring after 30 s.
 pub async fn set_foreign(redlock: &Redlock, i: usize, key: &str) {
     let client = redlock.client(i).expect("node");
     let _: () = client
-        .set(key, "someone-else", Some(fredlock::fred::types::Expiration::PX(30_000)), None, false)
+        .set(
+            key,
+            "someone-else",
+            Some(fredlock::fred::types::Expiration::PX(30_000)),
+            None,
+            false,
+        )
         .await
         .expect("SET");
 }
 
 /// DEL `key` on node `i`.
 pub async fn del(redlock: &Redlock, i: usize, key: &str) {
-    let _: i64 = redlock.client(i).expect("node").del(key).await.expect("DEL");
+    let _: i64 = redlock
+        .client(i)
+        .expect("node")
+        .del(key)
+        .await
+        .expect("DEL");
 }
 
 /// The value of `key` on every node.
@@ -107,4 +127,18 @@ pub fn trace() {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
+}
+
+/// Any command on node `i` (for types fredlock's fred features do not cover, e.g. lists).
+pub async fn raw(redlock: &Redlock, i: usize, args: &[&str]) -> fredlock::fred::prelude::Value {
+    use fredlock::fred::prelude::ClientLike;
+    use fredlock::fred::types::{ClusterHash, CustomCommand};
+    let cmd = CustomCommand::new(args[0].to_string(), ClusterHash::Random, false);
+    let rest: Vec<String> = args[1..].iter().map(|s| s.to_string()).collect();
+    redlock
+        .client(i)
+        .expect("node")
+        .custom(cmd, rest)
+        .await
+        .expect("command")
 }

@@ -1,0 +1,41 @@
+# The commands a newcomer needs. Each installs redis-server when it is missing.
+CARGO ?= cargo
+FEATURES := --features testkit
+
+.PHONY: demo test bench lint redis-server
+
+## make demo: several processes increment one counter under the lock (then without it: --no-lock)
+demo: redis-server
+	$(CARGO) run --quiet $(FEATURES) --example critical_section
+	$(CARGO) run --quiet $(FEATURES) --example critical_section -- --no-lock
+
+## make test: unit tests, doc tests and every integration test against real redis-server nodes
+test: redis-server
+	$(CARGO) test --all-features
+
+## make bench: latency and throughput against a raw fred floor, on local nodes
+bench: redis-server
+	$(CARGO) run --release $(FEATURES) --example bench -- $(BENCH_ARGS)
+
+## make lint: what CI checks besides the tests
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets --all-features -- -D warnings
+
+# The tests start their own redis-server processes; they only need the binary.
+redis-server:
+	@if command -v redis-server >/dev/null 2>&1; then :; \
+	elif [ -n "$$FREDLOCK_REDIS_SERVER" ]; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		echo "installing redis-server with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	elif command -v apt-get >/dev/null 2>&1 && command -v sudo >/dev/null 2>&1; then \
+		echo "installing redis-server with sudo apt-get"; \
+		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	elif command -v brew >/dev/null 2>&1; then \
+		brew install redis; \
+	else \
+		echo "redis-server (7.0 or newer) is needed: install it with 'apt-get install -y redis-server'" \
+		     "(Debian/Ubuntu) or 'brew install redis' (macOS), or set FREDLOCK_REDIS_SERVER=/path/to/redis-server"; \
+		exit 1; \
+	fi
