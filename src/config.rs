@@ -57,7 +57,9 @@ impl Retry {
         if self.attempts == 0 {
             return Err(InvalidInput::ZeroAttempts);
         }
-        if self.delay.checked_add(self.jitter).is_none() || self.delay + self.jitter > Duration::from_secs(86_400 * 365) {
+        if self.delay.checked_add(self.jitter).is_none()
+            || self.delay + self.jitter > Duration::from_secs(86_400 * 365)
+        {
             return Err(InvalidInput::RetryTooLarge);
         }
         Ok(())
@@ -127,7 +129,8 @@ impl Builder {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.nodes.extend(urls.into_iter().map(|u| NodeSpec::Url(u.into())));
+        self.nodes
+            .extend(urls.into_iter().map(|u| NodeSpec::Url(u.into())));
         self
     }
 

@@ -129,7 +129,9 @@ pub enum InvalidInput {
     },
     /// A client passed to `clients()` has no reconnect policy: after one dropped connection every
     /// command on it would hang or fail forever.
-    #[error("node {index}: the fred client has no reconnect policy (set one with Builder::set_policy)")]
+    #[error(
+        "node {index}: the fred client has no reconnect policy (set one with Builder::set_policy)"
+    )]
     NoReconnectPolicy {
         /// Index of the entry.
         index: usize,

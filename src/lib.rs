@@ -59,7 +59,9 @@ mod scripts;
 pub mod testkit;
 
 pub use config::{Builder, Retry};
-pub use error::{Error, InvalidInput, NodeError, NodeErrorKind, NotHeldReason, Result, Vote, Votes};
+pub use error::{
+    Error, InvalidInput, NodeError, NodeErrorKind, NotHeldReason, Result, Vote, Votes,
+};
 pub use lock::{Lock, ReleaseReport};
 pub use redlock::{Holder, Inspection, NodeView, Redlock, Resources};
 

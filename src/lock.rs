@@ -121,7 +121,12 @@ impl Lock {
         .await?;
         self.deadline = deadline;
         self.ttl = ttl;
-        span.in_scope(|| tracing::debug!(remaining_ms = self.remaining().as_millis() as u64, "extended"));
+        span.in_scope(|| {
+            tracing::debug!(
+                remaining_ms = self.remaining().as_millis() as u64,
+                "extended"
+            )
+        });
         Ok(())
     }
 
@@ -152,7 +157,9 @@ impl Lock {
             elapsed,
         };
         let n = inner.nodes.len();
-        span.in_scope(|| tracing::debug!(%votes, elapsed_us = elapsed.as_micros() as u64, "released"));
+        span.in_scope(
+            || tracing::debug!(%votes, elapsed_us = elapsed.as_micros() as u64, "released"),
+        );
         match quorum::outcome(&votes.0) {
             Outcome::Reached => Ok(report),
             _ if votes.refused() > n - inner.quorum => Err(Error::NotHeld {
@@ -174,7 +181,11 @@ impl Drop for Lock {
     fn drop(&mut self) {
         if !self.released {
             tracing::debug!(resources = ?self.resources, "fredlock: Lock dropped without release(); releasing in the background");
-            spawn_release(self.redlock.inner.clone(), self.held.clone(), "lock dropped");
+            spawn_release(
+                self.redlock.inner.clone(),
+                self.held.clone(),
+                "lock dropped",
+            );
         }
     }
 }

@@ -57,7 +57,8 @@ impl std::fmt::Debug for Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        self.closed.store(true, std::sync::atomic::Ordering::Release);
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
         if self.owned {
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 let client = self.client.clone();
@@ -171,7 +172,13 @@ impl Node {
 
     /// One command with fredlock's options: fred's own timeout, one attempt, fail fast while the
     /// connection is down.
-    async fn call(&self, cmd: &'static str, key_offset: usize, args: Vec<Value>, timeout: Duration) -> Result<Value, NodeError> {
+    async fn call(
+        &self,
+        cmd: &'static str,
+        key_offset: usize,
+        args: Vec<Value>,
+        timeout: Duration,
+    ) -> Result<Value, NodeError> {
         let options = Options {
             timeout: Some(timeout),
             max_attempts: Some(1),
@@ -188,7 +195,13 @@ impl Node {
 
     /// EVALSHA, and on NOSCRIPT an immediate EVAL on the same connection (so per-node order is
     /// kept: a release still lands after this node's earlier commands).
-    async fn script(&self, script: &Script, held: &Held, extra: Option<u64>, timeout: Duration) -> Result<Value, NodeError> {
+    async fn script(
+        &self,
+        script: &Script,
+        held: &Held,
+        extra: Option<u64>,
+        timeout: Duration,
+    ) -> Result<Value, NodeError> {
         let mut args = Vec::with_capacity(held.keys.len() + 4);
         if script.always_eval {
             args.push(Value::from(script.body));
@@ -215,7 +228,12 @@ impl Node {
     }
 
     /// `SET key token NX PX ttl` for one key, the all-or-none script for several.
-    pub(crate) async fn acquire(self: Arc<Self>, held: Arc<Held>, ttl_ms: u64, timeout: Duration) -> Vote {
+    pub(crate) async fn acquire(
+        self: Arc<Self>,
+        held: Arc<Held>,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Vote {
         let reply = if let [key] = held.keys.as_slice() {
             let args = vec![
                 Value::from(key.as_str()),
@@ -231,15 +249,23 @@ impl Node {
             }
         } else {
             let scripts = crate::scripts::Scripts::get();
-            self.script(&scripts.acquire_many, &held, Some(ttl_ms), timeout).await
+            self.script(&scripts.acquire_many, &held, Some(ttl_ms), timeout)
+                .await
         };
         self.vote(reply)
     }
 
     /// Resets the TTL of every key if all still hold our token; never re-creates a key.
-    pub(crate) async fn extend(self: Arc<Self>, held: Arc<Held>, ttl_ms: u64, timeout: Duration) -> Vote {
+    pub(crate) async fn extend(
+        self: Arc<Self>,
+        held: Arc<Held>,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Vote {
         let scripts = crate::scripts::Scripts::get();
-        let reply = self.script(&scripts.extend, &held, Some(ttl_ms), timeout).await;
+        let reply = self
+            .script(&scripts.extend, &held, Some(ttl_ms), timeout)
+            .await;
         self.vote(reply)
     }
 
@@ -256,9 +282,16 @@ impl Node {
     }
 
     /// Who holds `key` here: `Some((token, pttl_ms))`, or `None` when the key does not exist.
-    pub(crate) async fn inspect(self: Arc<Self>, key: String, timeout: Duration) -> Result<Option<(String, i64)>, NodeError> {
+    pub(crate) async fn inspect(
+        self: Arc<Self>,
+        key: String,
+        timeout: Duration,
+    ) -> Result<Option<(String, i64)>, NodeError> {
         let scripts = crate::scripts::Scripts::get();
-        let held = Held { keys: vec![key], token: String::new() };
+        let held = Held {
+            keys: vec![key],
+            token: String::new(),
+        };
         // INSPECT takes no ARGV, but `script` always appends the token; Redis ignores it.
         match self.script(&scripts.inspect, &held, None, timeout).await? {
             Value::Array(parts) => match parts.as_slice() {
@@ -312,7 +345,10 @@ impl Node {
 fn describe(config: &Config) -> String {
     let db = config.database.unwrap_or(0);
     let hosts = |hosts: &[fred::prelude::Server]| {
-        let mut v: Vec<String> = hosts.iter().map(|s| format!("{}:{}", canonical_host(&s.host), s.port)).collect();
+        let mut v: Vec<String> = hosts
+            .iter()
+            .map(|s| format!("{}:{}", canonical_host(&s.host), s.port))
+            .collect();
         v.sort();
         v.join(",")
     };
@@ -322,7 +358,9 @@ fn describe(config: &Config) -> String {
         }
         ServerConfig::Clustered { hosts: h, .. } => format!("cluster({})", hosts(h)),
         ServerConfig::Sentinel {
-            hosts: h, service_name, ..
+            hosts: h,
+            service_name,
+            ..
         } => format!("sentinel({service_name}@{})/{db}", hosts(h)),
         #[allow(unreachable_patterns)]
         _ => "unknown".to_string(),
@@ -374,7 +412,13 @@ mod tests {
 
     #[test]
     fn scrub_removes_secret() {
-        assert_eq!(scrub("bad redis://u:pw@h:1", "redis://u:pw@h:1"), "bad <url>");
-        assert_eq!(scrub("pw is wrong", "redis://u:pw@h:1"), "<redacted> is wrong");
+        assert_eq!(
+            scrub("bad redis://u:pw@h:1", "redis://u:pw@h:1"),
+            "bad <url>"
+        );
+        assert_eq!(
+            scrub("pw is wrong", "redis://u:pw@h:1"),
+            "<redacted> is wrong"
+        );
     }
 }

@@ -131,7 +131,10 @@ impl Inspection {
                 None => counts.push((t, 1)),
             }
         }
-        counts.into_iter().find(|&(_, c)| c >= self.quorum).map(|(t, _)| t)
+        counts
+            .into_iter()
+            .find(|&(_, c)| c >= self.quorum)
+            .map(|(t, _)| t)
     }
 
     /// True when every node answered and none holds the key.
@@ -207,7 +210,12 @@ impl Redlock {
     /// The retry policy still applies (attempt count and pauses).
     ///
     /// Cancellation: as for [`acquire`](Self::acquire).
-    pub async fn acquire_with(&self, resources: impl Resources, ttl: Duration, wait: Duration) -> Result<Lock> {
+    pub async fn acquire_with(
+        &self,
+        resources: impl Resources,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Lock> {
         self.acquire_inner(resources.into_names(), ttl, self.inner.retry, Some(wait))
             .await
     }
@@ -216,7 +224,11 @@ impl Redlock {
     /// an error here); errors when nodes are unreachable or the validity ran out.
     ///
     /// Cancellation: as for [`acquire`](Self::acquire).
-    pub async fn try_acquire(&self, resources: impl Resources, ttl: Duration) -> Result<Option<Lock>> {
+    pub async fn try_acquire(
+        &self,
+        resources: impl Resources,
+        ttl: Duration,
+    ) -> Result<Option<Lock>> {
         match self
             .acquire_inner(resources.into_names(), ttl, Retry::once(), None)
             .await
@@ -237,7 +249,10 @@ impl Redlock {
             return Err(InvalidInput::EmptyResource.into());
         }
         let key = self.key(resource);
-        let timeout = self.inner.node_timeout.unwrap_or(Duration::from_millis(500));
+        let timeout = self
+            .inner
+            .node_timeout
+            .unwrap_or(Duration::from_millis(500));
         let calls = self
             .inner
             .nodes
@@ -294,7 +309,13 @@ impl Redlock {
         })
     }
 
-    async fn acquire_inner(&self, names: Vec<String>, ttl: Duration, retry: Retry, wait: Option<Duration>) -> Result<Lock> {
+    async fn acquire_inner(
+        &self,
+        names: Vec<String>,
+        ttl: Duration,
+        retry: Retry,
+        wait: Option<Duration>,
+    ) -> Result<Lock> {
         let req = self.request(names, ttl)?;
         let span = tracing::debug_span!(
             "fredlock.acquire",
@@ -326,7 +347,10 @@ impl Redlock {
                 if attempt >= retry.attempts || out_of_time {
                     tracing::Span::current().record("attempt", attempt);
                     return Err(match failure {
-                        Failure::Contended(votes) => Error::Contended { attempts: attempt, votes },
+                        Failure::Contended(votes) => Error::Contended {
+                            attempts: attempt,
+                            votes,
+                        },
                         Failure::Unavailable(votes) => Error::Unavailable {
                             attempts: attempt,
                             nodes: self.inner.nodes.len(),
@@ -334,7 +358,11 @@ impl Redlock {
                             reachable: votes.granted() + votes.refused(),
                             votes,
                         },
-                        Failure::Expired(elapsed) => Error::ValidityExpired { attempts: attempt, elapsed, ttl: req.ttl },
+                        Failure::Expired(elapsed) => Error::ValidityExpired {
+                            attempts: attempt,
+                            elapsed,
+                            ttl: req.ttl,
+                        },
                     });
                 }
                 tokio::time::sleep(pause).await;
@@ -363,7 +391,8 @@ impl Redlock {
             .iter()
             .enumerate()
             .map(|(i, n)| (i, n.clone().acquire(held.clone(), req.ttl_ms, req.timeout)));
-        let votes = votes(fan_out(self.inner.nodes.len(), calls, Some(deadline), quorum_known).await);
+        let votes =
+            votes(fan_out(self.inner.nodes.len(), calls, Some(deadline), quorum_known).await);
         let now = Instant::now();
         let span = tracing::Span::current();
         span.record("granted", votes.granted());
@@ -373,18 +402,31 @@ impl Redlock {
         let granted = quorum::outcome(&votes.0) == Outcome::Reached;
         if granted && now < deadline {
             guard.inner = None;
-            return Ok(Lock::new(self.clone(), held, req.resources.clone(), req.ttl, t0, deadline));
+            return Ok(Lock::new(
+                self.clone(),
+                held,
+                req.resources.clone(),
+                req.ttl,
+                t0,
+                deadline,
+            ));
         }
         // Release wherever our token may be: nodes that granted, failed or did not answer.
         // Wait only for the nodes known to be responsive (those that granted); the rest finish
         // in the background, queued behind their SET.
-        let wait_for: Vec<usize> = (0..votes.0.len()).filter(|&i| votes.0[i] == Vote::Granted).collect();
+        let wait_for: Vec<usize> = (0..votes.0.len())
+            .filter(|&i| votes.0[i] == Vote::Granted)
+            .collect();
         let targets = (0..votes.0.len()).filter(|&i| votes.0[i] != Vote::Refused);
-        self.inner.release_round(&held, targets, |a| wait_for.iter().all(|&i| a[i].is_some())).await;
+        self.inner
+            .release_round(&held, targets, |a| wait_for.iter().all(|&i| a[i].is_some()))
+            .await;
         guard.inner = None;
         let failure = if granted {
             Failure::Expired(now.duration_since(t0))
-        } else if votes.failed() > self.inner.nodes.len() - self.inner.quorum || votes.refused() == 0 {
+        } else if votes.failed() > self.inner.nodes.len() - self.inner.quorum
+            || votes.refused() == 0
+        {
             Failure::Unavailable(votes)
         } else {
             Failure::Contended(votes)
@@ -395,7 +437,8 @@ impl Redlock {
 
 impl Inner {
     pub(crate) fn node_timeout(&self, ttl: Duration) -> Duration {
-        self.node_timeout.unwrap_or_else(|| quorum::default_node_timeout(ttl))
+        self.node_timeout
+            .unwrap_or_else(|| quorum::default_node_timeout(ttl))
     }
 
     /// Sends the release script to `targets`, returns when `enough` says so (or after the
@@ -415,7 +458,8 @@ impl Inner {
 
     /// Releases on every node, deciding as soon as the outcome is known.
     pub(crate) async fn release_all(&self, held: &Arc<Held>) -> Votes {
-        self.release_round(held, 0..self.nodes.len(), quorum_known).await
+        self.release_round(held, 0..self.nodes.len(), quorum_known)
+            .await
     }
 
     fn release_timeout(&self) -> Duration {
@@ -424,7 +468,12 @@ impl Inner {
 
     /// One extend round: every node resets the TTL if our token is still there. Succeeds with a
     /// quorum within the current validity; the new deadline counts from this round's start.
-    pub(crate) async fn extend(&self, held: &Arc<Held>, ttl: Duration, current_deadline: Instant) -> Result<Instant> {
+    pub(crate) async fn extend(
+        &self,
+        held: &Arc<Held>,
+        ttl: Duration,
+        current_deadline: Instant,
+    ) -> Result<Instant> {
         let ttl_ms = quorum::ttl_millis(ttl)?;
         let validity = quorum::validity(ttl, self.drift_factor)?;
         let t0 = Instant::now();
@@ -440,7 +489,15 @@ impl Inner {
             .iter()
             .enumerate()
             .map(|(i, n)| (i, n.clone().extend(held.clone(), ttl_ms, timeout)));
-        let votes = votes(fan_out(self.nodes.len(), calls, Some(current_deadline), quorum_known).await);
+        let votes = votes(
+            fan_out(
+                self.nodes.len(),
+                calls,
+                Some(current_deadline),
+                quorum_known,
+            )
+            .await,
+        );
         let reached = quorum::outcome(&votes.0) == Outcome::Reached;
         if reached && Instant::now() < current_deadline {
             return Ok(t0 + validity);

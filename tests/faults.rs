@@ -23,7 +23,10 @@ async fn one_killed_node_costs_no_latency() {
     nodes.kill(2).unwrap();
     let r = unique("killed");
     let t = Instant::now();
-    let lock = redlock.acquire(r.as_str(), TTL).await.expect("acquire with 2 of 3");
+    let lock = redlock
+        .acquire(r.as_str(), TTL)
+        .await
+        .expect("acquire with 2 of 3");
     assert!(t.elapsed() < FAST, "acquire took {:?}", t.elapsed());
     let t = Instant::now();
     let report = lock.release().await.expect("release with 2 of 3");
@@ -39,7 +42,10 @@ async fn one_paused_node_costs_no_latency_and_is_cleaned_after_resume() {
     let r = unique("paused");
     let key = redlock.key(&r);
     let t = Instant::now();
-    let lock = redlock.acquire(r.as_str(), TTL).await.expect("acquire with 2 of 3");
+    let lock = redlock
+        .acquire(r.as_str(), TTL)
+        .await
+        .expect("acquire with 2 of 3");
     assert!(t.elapsed() < FAST, "acquire took {:?}", t.elapsed());
     let t = Instant::now();
     lock.release().await.expect("release with 2 of 3");
@@ -48,7 +54,10 @@ async fn one_paused_node_costs_no_latency_and_is_cleaned_after_resume() {
     // once it runs again, the SET lands first and the release removes it.
     nodes.resume(2).unwrap();
     assert!(
-        eventually(Duration::from_secs(5), || async { nodes.get(2, &key).await.unwrap().is_none() }).await,
+        eventually(Duration::from_secs(5), || async {
+            nodes.get(2, &key).await.unwrap().is_none()
+        })
+        .await,
         "the paused node kept the key after resuming"
     );
 }
@@ -60,11 +69,23 @@ async fn a_silent_node_costs_no_latency() {
     let mut urls = nodes.urls();
     urls.push(silent.url());
     let t = Instant::now();
-    let redlock = Redlock::builder().nodes(urls).node_timeout(NODE_TIMEOUT).build().await.unwrap();
-    assert!(t.elapsed() < FAST, "build waited {:?} for a silent node", t.elapsed());
+    let redlock = Redlock::builder()
+        .nodes(urls)
+        .node_timeout(NODE_TIMEOUT)
+        .build()
+        .await
+        .unwrap();
+    assert!(
+        t.elapsed() < FAST,
+        "build waited {:?} for a silent node",
+        t.elapsed()
+    );
     for _ in 0..5 {
         let t = Instant::now();
-        let lock = redlock.acquire(unique("silent").as_str(), TTL).await.expect("acquire");
+        let lock = redlock
+            .acquire(unique("silent").as_str(), TTL)
+            .await
+            .expect("acquire");
         assert!(t.elapsed() < FAST, "acquire took {:?}", t.elapsed());
         let t = Instant::now();
         lock.release().await.expect("release");
@@ -74,48 +95,90 @@ async fn a_silent_node_costs_no_latency() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn majority_killed_is_unavailable_within_bound_and_leaves_nothing() {
-    let retry = Retry { attempts: 3, delay: Duration::from_millis(20), jitter: Duration::from_millis(20) };
-    let (mut nodes, redlock) = local_with(3, |b| b.node_timeout(Duration::from_millis(300)).retry(retry)).await;
+    let retry = Retry {
+        attempts: 3,
+        delay: Duration::from_millis(20),
+        jitter: Duration::from_millis(20),
+    };
+    let (mut nodes, redlock) = local_with(3, |b| {
+        b.node_timeout(Duration::from_millis(300)).retry(retry)
+    })
+    .await;
     nodes.kill(1).unwrap();
     nodes.kill(2).unwrap();
     let r = unique("majority-killed");
     let t = Instant::now();
-    let err = redlock.acquire(r.as_str(), TTL).await.expect_err("no quorum");
+    let err = redlock
+        .acquire(r.as_str(), TTL)
+        .await
+        .expect_err("no quorum");
     let bound = (Duration::from_millis(300) + Duration::from_millis(40)) * 3;
-    assert!(t.elapsed() < bound + FAST, "took {:?}, bound {bound:?}", t.elapsed());
+    assert!(
+        t.elapsed() < bound + FAST,
+        "took {:?}, bound {bound:?}",
+        t.elapsed()
+    );
     match err {
-        Error::Unavailable { attempts, nodes: 3, quorum: 2, reachable, votes } => {
+        Error::Unavailable {
+            attempts,
+            nodes: 3,
+            quorum: 2,
+            reachable,
+            votes,
+        } => {
             assert_eq!(attempts, 3);
             assert!(reachable <= 1);
             assert_eq!(votes.failed(), 2, "{votes}");
         }
         other => panic!("expected Unavailable, got {other:?}"),
     }
-    assert_eq!(nodes.get(0, &redlock.key(&r)).await.unwrap(), None, "key left on the live node");
+    assert_eq!(
+        nodes.get(0, &redlock.key(&r)).await.unwrap(),
+        None,
+        "key left on the live node"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn majority_paused_is_unavailable_within_bound_and_cleaned_after_resume() {
     let node_timeout = Duration::from_millis(200);
-    let retry = Retry { attempts: 2, delay: Duration::from_millis(10), jitter: Duration::from_millis(10) };
+    let retry = Retry {
+        attempts: 2,
+        delay: Duration::from_millis(10),
+        jitter: Duration::from_millis(10),
+    };
     let (nodes, redlock) = local_with(3, |b| b.node_timeout(node_timeout).retry(retry)).await;
     nodes.pause(1).unwrap();
     nodes.pause(2).unwrap();
     let r = unique("majority-paused");
     let key = redlock.key(&r);
     let t = Instant::now();
-    let err = redlock.acquire(r.as_str(), TTL).await.expect_err("no quorum");
+    let err = redlock
+        .acquire(r.as_str(), TTL)
+        .await
+        .expect_err("no quorum");
     let bound = (node_timeout + Duration::from_millis(20)) * 2;
-    assert!(t.elapsed() < bound + FAST, "took {:?}, bound {bound:?}", t.elapsed());
+    assert!(
+        t.elapsed() < bound + FAST,
+        "took {:?}, bound {bound:?}",
+        t.elapsed()
+    );
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
-    assert_eq!(nodes.get(0, &key).await.unwrap(), None, "key left on the live node");
+    assert_eq!(
+        nodes.get(0, &key).await.unwrap(),
+        None,
+        "key left on the live node"
+    );
     // The SETs that timed out may still run when the nodes wake up: the releases queued behind
     // them must remove them.
     nodes.resume(1).unwrap();
     nodes.resume(2).unwrap();
     for i in 1..3 {
         assert!(
-            eventually(Duration::from_secs(5), || async { nodes.get(i, &key).await.unwrap().is_none() }).await,
+            eventually(Duration::from_secs(5), || async {
+                nodes.get(i, &key).await.unwrap().is_none()
+            })
+            .await,
             "node {i} kept a key after resuming"
         );
     }
@@ -147,14 +210,23 @@ async fn a_dropped_acquire_leaves_no_key() {
     let dropped_at = Instant::now();
     drop(acquire);
     assert!(
-        eventually(Duration::from_millis(500), || async { nodes.get(0, &key).await.unwrap().is_none() }).await,
+        eventually(Duration::from_millis(500), || async {
+            nodes.get(0, &key).await.unwrap().is_none()
+        })
+        .await,
         "node 0 kept the key after the acquire was dropped"
     );
     println!("node 0 clean {:?} after the drop", dropped_at.elapsed());
-    assert_eq!(nodes.get(1, &key).await.unwrap().as_deref(), Some("someone-else"));
+    assert_eq!(
+        nodes.get(1, &key).await.unwrap().as_deref(),
+        Some("someone-else")
+    );
     nodes.resume(2).unwrap();
     assert!(
-        eventually(Duration::from_secs(5), || async { nodes.get(2, &key).await.unwrap().is_none() }).await,
+        eventually(Duration::from_secs(5), || async {
+            nodes.get(2, &key).await.unwrap().is_none()
+        })
+        .await,
         "node 2 kept the key after resuming"
     );
 }
@@ -171,9 +243,16 @@ async fn build_returns_during_an_outage_and_recovers() {
         .build()
         .await
         .expect("build must not fail because nodes are down");
-    assert!(t.elapsed() < FAST + Duration::from_secs(2), "build took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < FAST + Duration::from_secs(2),
+        "build took {:?}",
+        t.elapsed()
+    );
     let r = unique("outage");
-    assert!(matches!(redlock.acquire(r.as_str(), TTL).await, Err(Error::Unavailable { .. })));
+    assert!(matches!(
+        redlock.acquire(r.as_str(), TTL).await,
+        Err(Error::Unavailable { .. })
+    ));
     // The nodes come back (empty, same ports): the connect loop picks them up.
     nodes.start_node(1).await.unwrap();
     nodes.start_node(2).await.unwrap();
@@ -182,7 +261,11 @@ async fn build_returns_during_an_outage_and_recovers() {
     assert!(
         eventually(Duration::from_secs(10), || async {
             match redlock.acquire(r.as_str(), TTL).await {
-                Ok(lock) => lock.release().await.map(|rep| rep.votes.granted() >= 2).unwrap_or(false),
+                Ok(lock) => lock
+                    .release()
+                    .await
+                    .map(|rep| rep.votes.granted() >= 2)
+                    .unwrap_or(false),
                 Err(_) => false,
             }
         })
@@ -199,7 +282,11 @@ async fn a_restarted_node_is_used_again() {
     assert!(
         eventually(Duration::from_secs(10), || async {
             match redlock.acquire(unique("restart").as_str(), TTL).await {
-                Ok(lock) => lock.release().await.map(|rep| rep.votes.0[0] == Vote::Granted).unwrap_or(false),
+                Ok(lock) => lock
+                    .release()
+                    .await
+                    .map(|rep| rep.votes.0[0] == Vote::Granted)
+                    .unwrap_or(false),
                 Err(_) => false,
             }
         })

@@ -26,11 +26,24 @@ async fn ttl_expiry_frees_a_crashed_holder() {
     let first_deadline = first.deadline();
     // A crash: the holder never releases (no Drop, no background release).
     std::mem::forget(first);
-    assert!(env.redlock.try_acquire(r.as_str(), ttl).await.unwrap().is_none());
+    assert!(env
+        .redlock
+        .try_acquire(r.as_str(), ttl)
+        .await
+        .unwrap()
+        .is_none());
     let started = Instant::now();
-    let second = env.redlock.acquire(r.as_str(), ttl).await.expect("acquired after expiry");
+    let second = env
+        .redlock
+        .acquire(r.as_str(), ttl)
+        .await
+        .expect("acquired after expiry");
     // L1: within TTL + retry delay of the crash; S3: its window starts after the first's ended.
-    assert!(started.elapsed() < ttl + Duration::from_secs(1), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < ttl + Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
     assert!(second.acquired_at() >= first_deadline, "windows overlap");
     second.release().await.unwrap();
 }
@@ -40,27 +53,51 @@ async fn stale_release_and_extend_leave_the_next_holder_alone() {
     let env = env(3).await;
     let r = unique("stolen");
     let key = env.redlock.key(&r);
-    let mut old = env.redlock.acquire(r.as_str(), Duration::from_millis(200)).await.unwrap();
+    let mut old = env
+        .redlock
+        .acquire(r.as_str(), Duration::from_millis(200))
+        .await
+        .unwrap();
     // Wait until the keys are really gone everywhere (expiry is the event; poll for it).
     let redlock = &env.redlock;
-    assert!(eventually(Duration::from_secs(3), || async { values(redlock, &key).await == vec![None; 3] }).await);
-    let new = env.redlock.acquire(r.as_str(), Duration::from_secs(10)).await.expect("new holder");
-    assert!(eventually(Duration::from_secs(2), || async {
-        values(redlock, &key).await == vec![Some(new.token().to_string()); 3]
-    })
-    .await);
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            values(redlock, &key).await == vec![None; 3]
+        })
+        .await
+    );
+    let new = env
+        .redlock
+        .acquire(r.as_str(), Duration::from_secs(10))
+        .await
+        .expect("new holder");
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            values(redlock, &key).await == vec![Some(new.token().to_string()); 3]
+        })
+        .await
+    );
 
     // Stale extend: expired locally, so nothing is even sent.
     match old.extend(Duration::from_secs(10)).await {
-        Err(Error::NotHeld { reason: NotHeldReason::Expired, .. }) => {}
+        Err(Error::NotHeld {
+            reason: NotHeldReason::Expired,
+            ..
+        }) => {}
         other => panic!("expected NotHeld(Expired), got {other:?}"),
     }
     // Stale release: sent everywhere, deletes nothing of the new holder's.
     match old.release().await {
-        Err(Error::NotHeld { reason: NotHeldReason::TokenGone, votes }) => assert_eq!(votes.granted(), 0),
+        Err(Error::NotHeld {
+            reason: NotHeldReason::TokenGone,
+            votes,
+        }) => assert_eq!(votes.granted(), 0),
         other => panic!("expected NotHeld(TokenGone), got {other:?}"),
     }
-    assert_eq!(values(redlock, &key).await, vec![Some(new.token().to_string()); 3]);
+    assert_eq!(
+        values(redlock, &key).await,
+        vec![Some(new.token().to_string()); 3]
+    );
     let inspection = env.redlock.inspect(&r).await.unwrap();
     assert_eq!(inspection.holder(), Some(new.token()));
     new.release().await.expect("the new holder still holds it");
@@ -71,7 +108,11 @@ async fn extend_moves_the_deadline_and_never_revives() {
     let env = env(3).await;
     let r = unique("extend");
     let key = env.redlock.key(&r);
-    let mut lock = env.redlock.acquire(r.as_str(), Duration::from_secs(2)).await.unwrap();
+    let mut lock = env
+        .redlock
+        .acquire(r.as_str(), Duration::from_secs(2))
+        .await
+        .unwrap();
     let before = lock.deadline();
     let started = Instant::now();
     lock.extend(Duration::from_secs(20)).await.expect("extend");
@@ -82,7 +123,13 @@ async fn extend_moves_the_deadline_and_never_revives() {
     assert!(lock.deadline() >= started + validity && lock.deadline() <= finished + validity);
     assert_eq!(lock.ttl(), Duration::from_secs(20));
     for i in 0..3 {
-        let pttl = env.redlock.client(i).unwrap().pttl::<i64, _>(&key).await.unwrap();
+        let pttl = env
+            .redlock
+            .client(i)
+            .unwrap()
+            .pttl::<i64, _>(&key)
+            .await
+            .unwrap();
         assert!(pttl > 10_000 && pttl <= 20_000, "node {i}: pttl {pttl}");
     }
 
@@ -92,10 +139,17 @@ async fn extend_moves_the_deadline_and_never_revives() {
         del(&env.redlock, i, &key).await;
     }
     match lock.extend(Duration::from_secs(20)).await {
-        Err(Error::NotHeld { reason: NotHeldReason::TokenGone, votes }) => assert_eq!(votes.granted(), 0),
+        Err(Error::NotHeld {
+            reason: NotHeldReason::TokenGone,
+            votes,
+        }) => assert_eq!(votes.granted(), 0),
         other => panic!("expected NotHeld(TokenGone), got {other:?}"),
     }
-    assert_eq!(values(&env.redlock, &key).await, vec![None; 3], "extend revived an expired key");
+    assert_eq!(
+        values(&env.redlock, &key).await,
+        vec![None; 3],
+        "extend revived an expired key"
+    );
 
     // A foreign value at the key (another owner): extend leaves it and its TTL alone.
     for i in 0..3 {
@@ -103,11 +157,20 @@ async fn extend_moves_the_deadline_and_never_revives() {
     }
     assert!(lock.extend(Duration::from_secs(60)).await.is_err());
     for i in 0..3 {
-        let pttl = env.redlock.client(i).unwrap().pttl::<i64, _>(&key).await.unwrap();
+        let pttl = env
+            .redlock
+            .client(i)
+            .unwrap()
+            .pttl::<i64, _>(&key)
+            .await
+            .unwrap();
         assert!(pttl <= 30_000, "foreign key's TTL was extended: {pttl}");
     }
     assert!(matches!(lock.release().await, Err(Error::NotHeld { .. })));
-    assert_eq!(values(&env.redlock, &key).await, vec![Some("someone-else".to_string()); 3]);
+    assert_eq!(
+        values(&env.redlock, &key).await,
+        vec![Some("someone-else".to_string()); 3]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,29 +178,50 @@ async fn script_flush_does_not_stop_release_or_extend() {
     let (nodes, redlock) = local_with(3, |b| b).await;
     let single = unique("flush1");
     let (a, b) = (unique("flush-a"), unique("flush-b"));
-    let mut one = redlock.acquire(single.as_str(), Duration::from_secs(10)).await.unwrap();
-    let mut two = redlock.acquire([a.as_str(), b.as_str()], Duration::from_secs(10)).await.unwrap();
+    let mut one = redlock
+        .acquire(single.as_str(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    let mut two = redlock
+        .acquire([a.as_str(), b.as_str()], Duration::from_secs(10))
+        .await
+        .unwrap();
     one.extend(Duration::from_secs(10)).await.unwrap();
     for i in 0..3 {
         nodes.script_flush(i).await.unwrap();
     }
-    one.extend(Duration::from_secs(10)).await.expect("extend after SCRIPT FLUSH");
-    two.extend(Duration::from_secs(10)).await.expect("multi extend after SCRIPT FLUSH");
+    one.extend(Duration::from_secs(10))
+        .await
+        .expect("extend after SCRIPT FLUSH");
+    two.extend(Duration::from_secs(10))
+        .await
+        .expect("multi extend after SCRIPT FLUSH");
     for i in 0..3 {
         nodes.script_flush(i).await.unwrap();
     }
     let report = one.release().await.expect("release after SCRIPT FLUSH");
     assert!(report.votes.granted() >= 2);
-    two.release().await.expect("multi release after SCRIPT FLUSH");
+    two.release()
+        .await
+        .expect("multi release after SCRIPT FLUSH");
     for i in 0..3 {
         nodes.script_flush(i).await.unwrap();
     }
     // Acquiring several keys uses a script too.
-    let three = redlock.acquire([a.as_str(), b.as_str()], Duration::from_secs(10)).await.expect("multi acquire after flush");
+    let three = redlock
+        .acquire([a.as_str(), b.as_str()], Duration::from_secs(10))
+        .await
+        .expect("multi acquire after flush");
     three.release().await.unwrap();
     for key in [redlock.key(&single), redlock.key(&a), redlock.key(&b)] {
         let redlock = &redlock;
-        assert!(eventually(Duration::from_secs(2), || async { values(redlock, &key).await == vec![None; 3] }).await, "{key}");
+        assert!(
+            eventually(Duration::from_secs(2), || async {
+                values(redlock, &key).await == vec![None; 3]
+            })
+            .await,
+            "{key}"
+        );
     }
 }
 
@@ -146,9 +230,23 @@ async fn dropping_a_lock_releases_it_in_the_background() {
     let env = env(3).await;
     let r = unique("drop");
     let key = env.redlock.key(&r);
-    let lock = env.redlock.acquire(r.as_str(), Duration::from_secs(30)).await.unwrap();
+    let lock = env
+        .redlock
+        .acquire(r.as_str(), Duration::from_secs(30))
+        .await
+        .unwrap();
     drop(lock);
     let redlock = &env.redlock;
-    assert!(eventually(Duration::from_secs(2), || async { values(redlock, &key).await == vec![None; 3] }).await);
-    assert!(env.redlock.try_acquire(r.as_str(), Duration::from_secs(1)).await.unwrap().is_some());
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            values(redlock, &key).await == vec![None; 3]
+        })
+        .await
+    );
+    assert!(env
+        .redlock
+        .try_acquire(r.as_str(), Duration::from_secs(1))
+        .await
+        .unwrap()
+        .is_some());
 }

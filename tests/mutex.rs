@@ -40,13 +40,21 @@ async fn run(locked: bool) -> (i64, Vec<(Instant, Instant)>) {
     let windows = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for _ in 0..TASKS {
-        let (redlock, resource, counter, windows) =
-            (env.redlock.clone(), resource.clone(), counter.clone(), windows.clone());
+        let (redlock, resource, counter, windows) = (
+            env.redlock.clone(),
+            resource.clone(),
+            counter.clone(),
+            windows.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
                 if locked {
                     let lock = redlock
-                        .acquire_with(resource.as_str(), Duration::from_secs(2), Duration::from_secs(60))
+                        .acquire_with(
+                            resource.as_str(),
+                            Duration::from_secs(2),
+                            Duration::from_secs(60),
+                        )
                         .await
                         .expect("acquire");
                     // The holder acts from here until min(release, deadline).
@@ -72,7 +80,11 @@ async fn run(locked: bool) -> (i64, Vec<(Instant, Instant)>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_lost_update_under_the_lock() {
     let (total, mut windows) = run(true).await;
-    assert_eq!(total, (TASKS * ROUNDS) as i64, "lost updates under the lock");
+    assert_eq!(
+        total,
+        (TASKS * ROUNDS) as i64,
+        "lost updates under the lock"
+    );
     assert_eq!(windows.len(), TASKS * ROUNDS);
     windows.sort();
     for pair in windows.windows(2) {
