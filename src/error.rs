@@ -219,6 +219,12 @@ pub enum Error {
         /// Per-node votes of the extend or release.
         votes: Votes,
     },
+    /// A kept-alive lock was lost while work ran under it (see [`crate::Redlock::with_lock`]).
+    #[error("lock lost: {reason}")]
+    Lost {
+        /// Why.
+        reason: crate::keepalive::LostReason,
+    },
     /// The input or configuration was rejected before anything was sent.
     #[error("invalid input: {0}")]
     InvalidInput(#[from] InvalidInput),

@@ -42,13 +42,17 @@
 //! - `quorum`: the one fan-out primitive, early decision, validity arithmetic.
 //! - `redlock`: acquire / try_acquire / inspect, and the extend and release rounds.
 //! - `lock`: [`Lock`], extend / release, drop behaviour.
+//! - `keepalive`: [`KeepAlive`] (background extension, the lost signal) and [`Redlock::with_lock`].
+//! - `election`: [`Election`], leader election over one resource, observed through a `watch`.
 //! - [`error`]: one [`Error`] whose variants a caller can act on.
 //! - `testkit` (feature `testkit`): local `redis-server` nodes, node control, a fault proxy.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
 pub mod config;
+mod election;
 pub mod error;
+mod keepalive;
 mod lock;
 mod node;
 mod quorum;
@@ -59,8 +63,12 @@ mod scripts;
 pub mod testkit;
 
 pub use config::{Builder, Retry};
+pub use election::{Election, Role, Term};
 pub use error::{
     Error, InvalidInput, NodeError, NodeErrorKind, NotHeldReason, Result, Vote, Votes,
+};
+pub use keepalive::{
+    KeepAlive, KeepAliveOptions, LockHandle, LostReason, OnLost, Rejected, WithLock,
 };
 pub use lock::{Lock, ReleaseReport};
 pub use redlock::{Holder, Inspection, NodeView, Redlock, Resources};

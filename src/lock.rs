@@ -113,9 +113,17 @@ impl Lock {
     /// Cancellation: dropping the future leaves the deadline unchanged; extensions already sent
     /// may still land, which only keeps our own keys alive longer (they are released on release).
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
+        self.extend_inner(ttl, false).await
+    }
+
+    /// `patient`: per-node timeout up to half the validity left (keep-alive), instead of the
+    /// configured node timeout.
+    pub(crate) async fn extend_inner(&mut self, ttl: Duration, patient: bool) -> Result<()> {
         let span = tracing::debug_span!("fredlock.extend", resources = ?self.resources, ttl_ms = ttl.as_millis() as u64);
         let deadline = tracing::Instrument::instrument(
-            self.redlock.inner.extend(&self.held, ttl, self.deadline),
+            self.redlock
+                .inner
+                .extend(&self.held, ttl, self.deadline, patient),
             span.clone(),
         )
         .await?;

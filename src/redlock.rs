@@ -473,6 +473,7 @@ impl Inner {
         held: &Arc<Held>,
         ttl: Duration,
         current_deadline: Instant,
+        patient: bool,
     ) -> Result<Instant> {
         let ttl_ms = quorum::ttl_millis(ttl)?;
         let validity = quorum::validity(ttl, self.drift_factor)?;
@@ -483,7 +484,12 @@ impl Inner {
                 votes: Votes::default(),
             });
         }
-        let timeout = self.node_timeout(ttl);
+        // A keep-alive extension only has to land before the deadline, so it may wait for half of
+        // the time left: under load, a longer wait beats a timeout and a retry.
+        let mut timeout = self.node_timeout(ttl);
+        if patient {
+            timeout = timeout.max(current_deadline.duration_since(t0) / 2);
+        }
         let calls = self
             .nodes
             .iter()
@@ -560,7 +566,7 @@ fn new_token() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-fn random_up_to(max: Duration) -> Duration {
+pub(crate) fn random_up_to(max: Duration) -> Duration {
     if max.is_zero() {
         return Duration::ZERO;
     }

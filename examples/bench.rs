@@ -1,0 +1,626 @@
+//! fredlock against a raw-fred floor, on the same nodes, in one run.
+//!
+//! ```text
+//! cargo run --release --features testkit --example bench [-- --quick]
+//! ```
+//!
+//! Starts 3 local `redis-server` nodes (or uses `FREDLOCK_NODES=url,url,url`) and prints one
+//! markdown table, ready to paste into README.md:
+//!
+//! - (a) serial acquire+release cycle latency, fredlock vs a RAW FLOOR: three plain fred clients
+//!   doing `SET key token NX PX ttl` on every node at once, then a compare-and-delete script via
+//!   `EVALSHA` on every node at once. Nothing else: no timeouts of its own, no early decision, no
+//!   clean-up paths. Whatever fredlock costs above it is fredlock's overhead.
+//! - (b) 64 tasks cycling acquire+release on their own keys for a fixed time: cycles/s.
+//! - (c) one of the three nodes replaced by a listener that accepts TCP and never answers: the
+//!   serial cycle latency must stay close to the healthy one (fredlock decides on the quorum and
+//!   does not wait for the silent node). A second row does the same with a node that connected
+//!   normally and then went silent (a fault proxy switched to blackhole), where every command to
+//!   it really stays in flight until the 500 ms per-node timeout.
+//!
+//! Method, because these machines are small (2 cores) and noisy:
+//! - every variant is warmed up first (connections, allocator, scripts cached, CPU caches);
+//! - the variants are measured in interleaved rounds (floor, fredlock, silent node; the order of
+//!   floor and fredlock alternates each round), and the table shows the MEDIAN across rounds of
+//!   each round's percentile. A burst of load from elsewhere then hits one round of every variant
+//!   alike instead of one whole variant, and the median drops the round it spoiled;
+//! - every measurement loop runs in a spawned task, as a request handler would, not on the
+//!   runtime's `block_on` thread.
+
+use std::future::Future;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fredlock::fred::clients::Client;
+use fredlock::fred::prelude::{
+    ClientLike, Config, Expiration, KeysInterface, LuaInterface, ReconnectPolicy, SetOptions, Value,
+};
+use fredlock::testkit::{self, Blackhole, Fault, FaultProxy, TestNodes};
+use fredlock::{NodeErrorKind, Redlock, ReleaseReport, Vote};
+use futures::future::join_all;
+use hdrhistogram::Histogram;
+
+/// TTL of every lock. Long enough that nothing expires during a cycle; with fredlock's defaults
+/// it also gives the default per-node timeout of 500 ms, the same as (c) sets explicitly.
+const TTL: Duration = Duration::from_secs(10);
+/// Tasks in the throughput test, each on its own key.
+const TASKS: usize = 64;
+/// Per-node timeout of the silent-node Redlocks, set explicitly: were fredlock waiting for the
+/// silent node, every cycle would take at least this long.
+const SILENT_NODE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The floor's compare-and-delete, the classic single-key form.
+const FLOOR_RELEASE: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"#;
+
+/// How much to measure: the full run, or `--quick` (for CI and `make bench -- --quick`).
+struct Plan {
+    quick: bool,
+    /// Serial cycles run by each variant before any measurement.
+    warmup_cycles: usize,
+    /// Interleaved rounds of the serial measurements.
+    rounds: usize,
+    /// Serial cycles per variant per round.
+    cycles: usize,
+    /// Throughput: warm-up time per variant, then `throughput_rounds` interleaved rounds of
+    /// `throughput_round` each per variant.
+    throughput_warmup: Duration,
+    throughput_rounds: usize,
+    throughput_round: Duration,
+}
+
+impl Plan {
+    fn full() -> Plan {
+        Plan {
+            quick: false,
+            warmup_cycles: 2_000,
+            rounds: 5,
+            cycles: 5_000,
+            throughput_warmup: Duration::from_millis(500),
+            throughput_rounds: 3,
+            throughput_round: Duration::from_secs(1),
+        }
+    }
+
+    fn quick() -> Plan {
+        Plan {
+            quick: true,
+            warmup_cycles: 300,
+            rounds: 3,
+            cycles: 1_000,
+            throughput_warmup: Duration::from_millis(200),
+            throughput_rounds: 2,
+            throughput_round: Duration::from_millis(500),
+        }
+    }
+}
+
+/// The raw floor: one plain fred client per node and nothing else.
+struct Floor {
+    clients: Vec<Client>,
+    /// SHA1 of [`FLOOR_RELEASE`], as returned by `SCRIPT LOAD` on every node.
+    release_sha: String,
+}
+
+impl Floor {
+    /// Connects one client per URL with the settings of fredlock's own clients (see
+    /// `src/node.rs`): TCP_NODELAY above all (without it, Nagle's algorithm would add up to
+    /// 40 ms to some replies), and the same reconnect policy, attempts, buffer and default
+    /// timeout, so that only the code on top of the client differs.
+    async fn connect(urls: &[String]) -> Floor {
+        let mut clients = Vec::with_capacity(urls.len());
+        for url in urls {
+            let mut config =
+                Config::from_url(url).unwrap_or_else(|e| panic!("floor: bad URL {url}: {e}"));
+            config.fail_fast = true;
+            let client = fredlock::fred::types::Builder::from_config(config)
+                .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+                .with_connection_config(|c| {
+                    c.connection_timeout = Duration::from_secs(2);
+                    c.internal_command_timeout = Duration::from_secs(2);
+                    c.max_command_attempts = 1;
+                    c.max_command_buffer_len = 100_000;
+                    c.tcp.nodelay = Some(true);
+                })
+                .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(5))
+                .build()
+                .unwrap_or_else(|e| panic!("floor: cannot build a client for {url}: {e}"));
+            client
+                .init()
+                .await
+                .unwrap_or_else(|e| panic!("floor: cannot connect to {url}: {e}"));
+            clients.push(client);
+        }
+        let mut release_sha = None;
+        for (client, url) in clients.iter().zip(urls) {
+            let sha: String = client
+                .script_load(FLOOR_RELEASE)
+                .await
+                .unwrap_or_else(|e| panic!("floor: SCRIPT LOAD on {url}: {e}"));
+            assert!(
+                release_sha.as_ref().is_none_or(|s| *s == sha),
+                "floor: SCRIPT LOAD returned different SHA1s"
+            );
+            release_sha = Some(sha);
+        }
+        Floor {
+            clients,
+            release_sha: release_sha.expect("floor: at least one node"),
+        }
+    }
+
+    /// One acquire+release: SET NX PX everywhere at once, then EVALSHA everywhere at once.
+    /// The replies are checked (a benchmark of failing commands would be meaningless), which
+    /// costs a few comparisons.
+    async fn cycle(&self, key: &str) {
+        // A fresh 128-bit token per lock, as fredlock makes: part of any correct lock.
+        let token = format!("{:032x}", rand::random::<u128>());
+        let sets = join_all(self.clients.iter().map(|c| {
+            c.set::<Value, _, _>(
+                key,
+                token.as_str(),
+                Some(Expiration::PX(TTL.as_millis() as i64)),
+                Some(SetOptions::NX),
+                false,
+            )
+        }))
+        .await;
+        for reply in sets {
+            match reply {
+                Ok(Value::String(s)) if s == "OK" => {}
+                other => panic!("floor: SET {key} NX: expected OK, got {other:?}"),
+            }
+        }
+        let dels =
+            join_all(self.clients.iter().map(|c| {
+                c.evalsha::<i64, _, _, _>(self.release_sha.as_str(), key, token.as_str())
+            }))
+            .await;
+        for reply in dels {
+            match reply {
+                Ok(1) => {}
+                other => panic!("floor: EVALSHA release {key}: expected 1, got {other:?}"),
+            }
+        }
+    }
+}
+
+/// What a cycle runs on.
+#[derive(Clone)]
+enum Target {
+    Floor(Arc<Floor>),
+    Fredlock(Redlock),
+}
+
+/// A resource name and the floor's key for it (a different key: fredlock's last release of a
+/// cycle may still be in flight when the floor starts, on another connection).
+struct Names {
+    resource: String,
+    floor_key: String,
+}
+
+impl Names {
+    fn new(resource: String) -> Names {
+        Names {
+            floor_key: format!("floor:{resource}"),
+            resource,
+        }
+    }
+}
+
+impl Target {
+    /// One acquire+release. For fredlock, the release report (it shows what the third node did).
+    async fn cycle(&self, names: &Names) -> Option<ReleaseReport> {
+        match self {
+            Target::Floor(floor) => {
+                floor.cycle(&names.floor_key).await;
+                None
+            }
+            Target::Fredlock(redlock) => {
+                let lock = redlock
+                    .acquire(names.resource.as_str(), TTL)
+                    .await
+                    .unwrap_or_else(|e| panic!("fredlock: acquire {}: {e}", names.resource));
+                let report = lock
+                    .release()
+                    .await
+                    .unwrap_or_else(|e| panic!("fredlock: release {}: {e}", names.resource));
+                Some(report)
+            }
+        }
+    }
+}
+
+/// How the third node's release went, over a serial run (for the silent-node rows: it shows
+/// whether its commands failed at once or were still in flight when fredlock moved on).
+#[derive(Default, Clone, Copy)]
+struct ThirdNode {
+    answered: u64,
+    pending: u64,
+    failed_timeout: u64,
+    failed_connection: u64,
+    failed_other: u64,
+}
+
+impl ThirdNode {
+    fn add(&mut self, report: &ReleaseReport) {
+        match report.votes.0.get(2) {
+            Some(Vote::Granted | Vote::Refused) => self.answered += 1,
+            Some(Vote::Pending) | None => self.pending += 1,
+            Some(Vote::Failed(e)) => match e.kind {
+                NodeErrorKind::Timeout => self.failed_timeout += 1,
+                NodeErrorKind::Connection => self.failed_connection += 1,
+                _ => self.failed_other += 1,
+            },
+        }
+    }
+
+    fn merge(&mut self, other: ThirdNode) {
+        self.answered += other.answered;
+        self.pending += other.pending;
+        self.failed_timeout += other.failed_timeout;
+        self.failed_connection += other.failed_connection;
+        self.failed_other += other.failed_other;
+    }
+}
+
+/// One serial round's result, in nanoseconds.
+struct Round {
+    p50: u64,
+    p99: u64,
+    third: ThirdNode,
+}
+
+/// Runs `cycles` serial acquire+release cycles in a spawned task and records each one.
+async fn serial_round(target: &Target, resource: &str, cycles: usize) -> Round {
+    let target = target.clone();
+    let names = Names::new(resource.to_string());
+    spawn_and_wait(async move {
+        // 1 µs .. 60 s at 3 significant digits.
+        let mut hist = Histogram::<u64>::new_with_bounds(1_000, 60_000_000_000, 3)
+            .expect("histogram bounds are valid");
+        let mut third = ThirdNode::default();
+        for _ in 0..cycles {
+            let start = Instant::now();
+            let report = target.cycle(&names).await;
+            hist.saturating_record(start.elapsed().as_nanos() as u64);
+            if let Some(report) = report {
+                third.add(&report);
+            }
+        }
+        Round {
+            p50: hist.value_at_quantile(0.50),
+            p99: hist.value_at_quantile(0.99),
+            third,
+        }
+    })
+    .await
+}
+
+/// Cycles/s of `TASKS` tasks, each cycling on its own key until `duration` has passed. The
+/// elapsed time runs until the last task finished its last cycle, so no partial work is lost.
+async fn throughput_round(target: &Target, duration: Duration) -> f64 {
+    let start = Instant::now();
+    let end = start + duration;
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| {
+            let target = target.clone();
+            let names = Names::new(format!("bench:tput:{i}"));
+            tokio::spawn(async move {
+                let mut cycles = 0u64;
+                while Instant::now() < end {
+                    target.cycle(&names).await;
+                    cycles += 1;
+                }
+                cycles
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.expect("a throughput task panicked");
+    }
+    total as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Runs `work` as its own task (on a runtime worker, like a request handler) and waits for it.
+async fn spawn_and_wait<T: Send + 'static>(work: impl Future<Output = T> + Send + 'static) -> T {
+    tokio::spawn(work)
+        .await
+        .expect("a measurement task panicked")
+}
+
+/// Median of a non-empty list (mean of the two middle values for an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+/// Per-round percentiles of one serial variant, kept to print the spread under the table.
+#[derive(Default)]
+struct Series {
+    p50: Vec<f64>,
+    p99: Vec<f64>,
+    third: ThirdNode,
+}
+
+impl Series {
+    fn push(&mut self, round: Round) {
+        self.p50.push(round.p50 as f64 / 1_000.0);
+        self.p99.push(round.p99 as f64 / 1_000.0);
+        self.third.merge(round.third);
+    }
+    fn p50(&self) -> f64 {
+        median(self.p50.clone())
+    }
+    fn p99(&self) -> f64 {
+        median(self.p99.clone())
+    }
+}
+
+/// The output of a shell command, trimmed, or `unknown` (facts only; never fatal).
+fn command_output(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+fn parse_args() -> Plan {
+    let mut plan = Plan::full();
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--quick" => plan = Plan::quick(),
+            // `cargo bench`-style harness flag: harmless, ignore it.
+            "--bench" => {}
+            "-h" | "--help" => {
+                println!(
+                    "usage: cargo run --release --features testkit --example bench [-- --quick]"
+                );
+                std::process::exit(0);
+            }
+            other => {
+                eprintln!("bench: unknown argument {other:?} (only --quick is accepted)");
+                std::process::exit(2);
+            }
+        }
+    }
+    plan
+}
+
+/// `host:port` of a `redis://` URL, resolved, for the fault proxy.
+async fn socket_addr(url: &str) -> std::net::SocketAddr {
+    let config = Config::from_url(url).unwrap_or_else(|e| panic!("bad node URL {url}: {e}"));
+    let server = config
+        .server
+        .hosts()
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no host in {url}"));
+    tokio::net::lookup_host((server.host.to_string(), server.port))
+        .await
+        .unwrap_or_else(|e| panic!("cannot resolve {url}: {e}"))
+        .next()
+        .unwrap_or_else(|| panic!("{url} resolves to no address"))
+}
+
+async fn redlock(urls: Vec<String>, node_timeout: Option<Duration>) -> Redlock {
+    let mut builder = Redlock::builder().nodes(urls);
+    if let Some(t) = node_timeout {
+        builder = builder.node_timeout(t);
+    }
+    builder.build().await.expect("build a Redlock")
+}
+
+#[tokio::main]
+async fn main() {
+    let plan = parse_args();
+    let command = format!(
+        "cargo run --release --features testkit --example bench{}",
+        if plan.quick { " -- --quick" } else { "" }
+    );
+    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let redis_version = command_output("redis-server", &["--version"]);
+    let date = command_output("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]);
+    if cfg!(debug_assertions) {
+        eprintln!("bench: WARNING: a debug build; numbers are meaningless without --release");
+    }
+
+    // Nodes: FREDLOCK_NODES when it names 3, local redis-server processes otherwise. The
+    // silent-node rows always need a local listener / proxy, which work in front of any node.
+    let nodes = testkit::from_env_or_start(3)
+        .await
+        .expect("start 3 local redis-server nodes (is redis-server on PATH?)");
+    let urls = nodes.urls();
+    let where_ = match &nodes {
+        TestNodes::Local(_) => "3 local redis-server nodes".to_string(),
+        TestNodes::External(_) => format!("FREDLOCK_NODES={}", urls.join(",")),
+    };
+
+    let floor = Target::Floor(Arc::new(Floor::connect(&urls).await));
+    let healthy = Target::Fredlock(redlock(urls.clone(), None).await);
+
+    // (c): the third node is a listener that accepts TCP and never answers, from the start.
+    let blackhole = Blackhole::start()
+        .await
+        .expect("start the blackhole listener");
+    let silent_urls = vec![urls[0].clone(), urls[1].clone(), blackhole.url()];
+    let silent = Target::Fredlock(redlock(silent_urls, Some(SILENT_NODE_TIMEOUT)).await);
+
+    // (c'): the third node connects normally through a proxy, which then swallows everything.
+    let proxy = FaultProxy::start(socket_addr(&urls[2]).await)
+        .await
+        .expect("start the fault proxy");
+    let stalled_urls = vec![urls[0].clone(), urls[1].clone(), proxy.url()];
+    let stalled_redlock = redlock(stalled_urls, Some(SILENT_NODE_TIMEOUT)).await;
+    // `inspect` waits for every node: proof that the proxied node is connected and answering
+    // before it goes silent.
+    let probe = stalled_redlock
+        .inspect("bench:probe")
+        .await
+        .expect("inspect through the proxy");
+    if let Err(e) = &probe.nodes[2].state {
+        panic!("the proxied node did not answer before the fault: {e}");
+    }
+    proxy.set(Fault::Blackhole);
+    let stalled = Target::Fredlock(stalled_redlock);
+
+    // Commands to a silent node stay in flight until the per-node timeout; let them expire
+    // before measuring anything else, so their timers and clean-up do not land in another
+    // variant's round.
+    let settle = || tokio::time::sleep(SILENT_NODE_TIMEOUT + Duration::from_millis(100));
+
+    let run_started = Instant::now();
+
+    // Warm-up: connections, scripts cached in Redis, allocator and CPU caches, for each variant.
+    for (target, resource) in [
+        (&floor, "bench:serial"),
+        (&healthy, "bench:serial"),
+        (&silent, "bench:silent"),
+        (&stalled, "bench:stalled"),
+    ] {
+        serial_round(target, resource, plan.warmup_cycles).await;
+    }
+    settle().await;
+
+    // (a) and (c), interleaved rounds.
+    let (mut s_floor, mut s_healthy, mut s_silent, mut s_stalled) = (
+        Series::default(),
+        Series::default(),
+        Series::default(),
+        Series::default(),
+    );
+    for round in 0..plan.rounds {
+        // Alternate who goes first, so that neither always runs right after the other.
+        if round % 2 == 0 {
+            s_floor.push(serial_round(&floor, "bench:serial", plan.cycles).await);
+            s_healthy.push(serial_round(&healthy, "bench:serial", plan.cycles).await);
+        } else {
+            s_healthy.push(serial_round(&healthy, "bench:serial", plan.cycles).await);
+            s_floor.push(serial_round(&floor, "bench:serial", plan.cycles).await);
+        }
+        s_silent.push(serial_round(&silent, "bench:silent", plan.cycles).await);
+        settle().await;
+        s_stalled.push(serial_round(&stalled, "bench:stalled", plan.cycles).await);
+        settle().await;
+    }
+
+    // (b) throughput, interleaved rounds as well.
+    throughput_round(&floor, plan.throughput_warmup).await;
+    throughput_round(&healthy, plan.throughput_warmup).await;
+    let (mut t_floor, mut t_healthy) = (Vec::new(), Vec::new());
+    for round in 0..plan.throughput_rounds {
+        if round % 2 == 0 {
+            t_floor.push(throughput_round(&floor, plan.throughput_round).await);
+            t_healthy.push(throughput_round(&healthy, plan.throughput_round).await);
+        } else {
+            t_healthy.push(throughput_round(&healthy, plan.throughput_round).await);
+            t_floor.push(throughput_round(&floor, plan.throughput_round).await);
+        }
+    }
+    let measured_for = run_started.elapsed();
+
+    // The table.
+    let yes_no = |ok: bool| if ok { "yes" } else { "**no**" };
+    let (f50, h50) = (s_floor.p50(), s_healthy.p50());
+    let (f99, h99) = (s_floor.p99(), s_healthy.p99());
+    let (tf, th) = (median(t_floor.clone()), median(t_healthy.clone()));
+    let (c50, c99) = (s_silent.p50(), s_silent.p99());
+    let (d50, d99) = (s_stalled.p50(), s_stalled.p99());
+
+    println!();
+    println!("machine: nproc={nproc}, {redis_version}, {date}");
+    println!("command: `{command}`");
+    println!("nodes: {where_}; TTL {} s; median of {} interleaved rounds of {} cycles (after {} warm-up cycles); throughput: {TASKS} tasks, median of {} rounds of {:.1} s", TTL.as_secs(), plan.rounds, plan.cycles, plan.warmup_cycles, plan.throughput_rounds, plan.throughput_round.as_secs_f64());
+    println!();
+    println!("| measurement | baseline | fredlock | ratio | target | met? |");
+    println!("|---|---:|---:|---:|---|---|");
+    println!(
+        "| (a) serial acquire+release p50, µs (baseline: raw fred floor) | {f50:.1} | {h50:.1} | {:.3} | ≤ 1.05 | {} |",
+        h50 / f50,
+        yes_no(h50 / f50 <= 1.05)
+    );
+    println!(
+        "| (a) serial acquire+release p99, µs (baseline: raw fred floor) | {f99:.1} | {h99:.1} | {:.3} | — | — |",
+        h99 / f99
+    );
+    println!(
+        "| (b) {TASKS} tasks, own keys: cycles/s (baseline: raw fred floor) | {tf:.0} | {th:.0} | {:.3} | ≥ 0.95 | {} |",
+        th / tf,
+        yes_no(th / tf >= 0.95)
+    );
+    println!(
+        "| (c) 1 of 3 nodes a blackhole, node timeout 500 ms: p50, µs (baseline: healthy fredlock) | {h50:.1} | {c50:.1} | {:.3} | ≤ 1.5 | {} |",
+        c50 / h50,
+        yes_no(c50 / h50 <= 1.5)
+    );
+    println!(
+        "| (c) 1 of 3 nodes a blackhole: p99, µs (baseline: healthy fredlock) | {h99:.1} | {c99:.1} | {:.3} | — | — |",
+        c99 / h99
+    );
+    println!(
+        "| (c') 1 of 3 nodes silent after connecting, node timeout 500 ms: p50, µs (baseline: healthy fredlock) | {h50:.1} | {d50:.1} | {:.3} | ≤ 1.5 | {} |",
+        d50 / h50,
+        yes_no(d50 / h50 <= 1.5)
+    );
+    println!(
+        "| (c') 1 of 3 nodes silent after connecting: p99, µs (baseline: healthy fredlock) | {h99:.1} | {d99:.1} | {:.3} | — | — |",
+        d99 / h99
+    );
+    println!();
+
+    // The spread behind the medians, and what the silent node did: enough to judge the noise.
+    let list = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.1}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!(
+        "per-round p50 (µs): floor [{}], fredlock [{}], blackhole [{}], silent-after-connect [{}]",
+        list(&s_floor.p50),
+        list(&s_healthy.p50),
+        list(&s_silent.p50),
+        list(&s_stalled.p50)
+    );
+    println!(
+        "per-round p99 (µs): floor [{}], fredlock [{}], blackhole [{}], silent-after-connect [{}]",
+        list(&s_floor.p99),
+        list(&s_healthy.p99),
+        list(&s_silent.p99),
+        list(&s_stalled.p99)
+    );
+    println!(
+        "per-round cycles/s: floor [{}], fredlock [{}]",
+        list(&t_floor),
+        list(&t_healthy)
+    );
+    for (name, t) in [
+        ("blackhole", s_silent.third),
+        ("silent-after-connect", s_stalled.third),
+    ] {
+        println!(
+            "third node's release vote ({name}): answered {}, pending (still in flight) {}, failed: timeout {}, connection {}, other {}",
+            t.answered, t.pending, t.failed_timeout, t.failed_connection, t.failed_other
+        );
+    }
+    println!(
+        "measured in {:.1} s (blackhole accepted {} connections)",
+        measured_for.as_secs_f64(),
+        blackhole.connections()
+    );
+}

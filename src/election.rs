@@ -1,0 +1,238 @@
+//! Leader election over one resource: campaign (acquire, retrying), hold leadership with a
+//! keep-alive, step down the moment the lock is lost, campaign again; resign on request or drop.
+//!
+//! A [`Role::Leader`] carries its validity (`valid_until`), updated with every extension, so an
+//! observer that runs late still never acts as leader past the lock's deadline:
+//! use [`Role::is_leader`], which checks the clock.
+
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::error::Result;
+use crate::keepalive::{KeepAliveOptions, LostReason};
+use crate::redlock::Redlock;
+
+/// One term of leadership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Term {
+    /// When this participant became leader (the acquire's start: validity counts from here).
+    pub since: Instant,
+    /// The lock token of this term.
+    pub token: String,
+    /// When leadership must stop being exercised: the lock's current deadline less the lost
+    /// signal's 2 ms margin. Moves forward with every extension.
+    pub valid_until: Instant,
+}
+
+/// What this participant is, as seen through [`Election::watch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// Not leader (campaigning, or stopped).
+    Follower,
+    /// Leader for this term.
+    Leader(Term),
+}
+
+impl Role {
+    /// Leader AND still within the term's validity right now.
+    pub fn is_leader(&self) -> bool {
+        matches!(self, Role::Leader(t) if Instant::now() < t.valid_until)
+    }
+
+    /// The term, if leader (without checking the clock).
+    pub fn term(&self) -> Option<&Term> {
+        match self {
+            Role::Leader(t) => Some(t),
+            Role::Follower => None,
+        }
+    }
+}
+
+/// A participant in a leader election. Campaigns in a background task from creation until
+/// [`resign`](Election::resign) or drop.
+///
+/// At most one participant at a time holds the lock within its validity, so at most one sees
+/// `role().is_leader() == true` at any instant (under Redlock's assumptions; a participant that
+/// pauses longer than the TTL between checking and acting is the case only fencing covers).
+#[derive(Debug)]
+pub struct Election {
+    role: watch::Receiver<Role>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Redlock {
+    /// Starts campaigning for `resource` with locks of `ttl`, kept alive with the default
+    /// [`KeepAliveOptions`]. Between failed campaign attempts it pauses per the [`crate::Retry`]
+    /// policy's `delay` + `jitter`. Must be called inside a tokio runtime.
+    pub fn elect(&self, resource: impl Into<String>, ttl: Duration) -> Result<Election> {
+        self.elect_with(resource, ttl, KeepAliveOptions::default())
+    }
+
+    /// [`elect`](Self::elect) with keep-alive options (for example `max_hold`, to hand
+    /// leadership over periodically).
+    pub fn elect_with(
+        &self,
+        resource: impl Into<String>,
+        ttl: Duration,
+        keep_alive: KeepAliveOptions,
+    ) -> Result<Election> {
+        let resource = resource.into();
+        // Validate everything now, not in the background task.
+        if resource.is_empty() {
+            return Err(crate::error::InvalidInput::EmptyResource.into());
+        }
+        crate::quorum::ttl_millis(ttl)?;
+        crate::quorum::validity(ttl, self.inner.drift_factor)?;
+        keep_alive.validate()?;
+        let (role_tx, role_rx) = watch::channel(Role::Follower);
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let task = tokio::spawn(campaign(
+            self.clone(),
+            resource,
+            ttl,
+            keep_alive,
+            role_tx,
+            stop_rx,
+        ));
+        Ok(Election {
+            role: role_rx,
+            stop: Some(stop_tx),
+            task: Some(task),
+        })
+    }
+}
+
+impl Election {
+    /// A receiver of every role change (and every extension of a term's validity).
+    pub fn watch(&self) -> watch::Receiver<Role> {
+        self.role.clone()
+    }
+
+    /// The current role.
+    pub fn role(&self) -> Role {
+        self.role.borrow().clone()
+    }
+
+    /// Leader right now, within validity.
+    pub fn is_leader(&self) -> bool {
+        self.role.borrow().is_leader()
+    }
+
+    /// Waits until this participant is leader and returns the term.
+    ///
+    /// Cancellation: safe (it only observes).
+    pub async fn leader(&self) -> Term {
+        let mut rx = self.role.clone();
+        loop {
+            if let Role::Leader(t) = &*rx.borrow_and_update() {
+                if Instant::now() < t.valid_until {
+                    return t.clone();
+                }
+            }
+            if rx.changed().await.is_err() {
+                // The campaign ended; nothing will change any more.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Stops campaigning; if leader, releases the lock first (awaited) and becomes follower.
+    ///
+    /// Cancellation: dropping the future still stops the campaign and releases in the background.
+    pub async fn resign(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Election {
+    fn drop(&mut self) {
+        // Dropping `stop` ends the campaign; a held lock is released in the background.
+        self.stop.take();
+    }
+}
+
+async fn campaign(
+    redlock: Redlock,
+    resource: String,
+    ttl: Duration,
+    keep_alive: KeepAliveOptions,
+    role: watch::Sender<Role>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let retry = redlock.inner.retry;
+    let span = tracing::debug_span!("fredlock.election", resource = %resource);
+    loop {
+        // Campaign: one attempt at a time, pausing between them.
+        let lock = loop {
+            let attempt = tokio::select! {
+                biased;
+                _ = &mut stop => return,
+                r = redlock.try_acquire(resource.as_str(), ttl) => r,
+            };
+            match attempt {
+                Ok(Some(lock)) => break lock,
+                Ok(None) => {}
+                Err(e) => tracing::debug!(parent: &span, error = %e, "campaign attempt failed"),
+            }
+            let pause = retry.delay + crate::redlock::random_up_to(retry.jitter);
+            tokio::select! {
+                biased;
+                _ = &mut stop => return,
+                () = tokio::time::sleep(pause) => {}
+            }
+        };
+        let since = lock.acquired_at();
+        let guard = match lock.keep_alive_with(keep_alive.clone()) {
+            Ok(g) => g,
+            // Validated in elect_with; the lock is released as it drops.
+            Err(_) => return,
+        };
+        let handle = guard.handle();
+        let mut changes = handle.changes();
+        let token = handle.token().to_string();
+        tracing::info!(parent: &span, token = %token, "became leader");
+        role.send_replace(Role::Leader(Term {
+            since,
+            token: token.clone(),
+            valid_until: crate::keepalive::fire_at(handle.deadline()),
+        }));
+        // Hold: follow extensions, step down the moment the lock is lost.
+        let reason = loop {
+            tokio::select! {
+                biased;
+                _ = &mut stop => {
+                    role.send_replace(Role::Follower);
+                    if let Err(e) = guard.release().await {
+                        tracing::debug!(parent: &span, error = %e, "release on resign");
+                    }
+                    tracing::info!(parent: &span, "resigned");
+                    return;
+                }
+                reason = handle.lost() => break reason,
+                Ok(()) = changes.changed() => {
+                    let deadline = changes.borrow_and_update().deadline;
+                    role.send_modify(|r| {
+                        if let Role::Leader(t) = r {
+                            t.valid_until = crate::keepalive::fire_at(deadline);
+                        }
+                    });
+                }
+            }
+        };
+        role.send_replace(Role::Follower);
+        tracing::warn!(parent: &span, %reason, "lost leadership; campaigning again");
+        if reason == LostReason::Released {
+            return;
+        }
+        drop(guard);
+    }
+}

@@ -1,0 +1,329 @@
+//! Locks that stay held while work runs: keep-alive through minority faults, a lost signal that
+//! cancels the work before the deadline, release racing an extension, budgets, many locks.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use fredlock::testkit::{Fault, FaultProxy, LocalNodes};
+use fredlock::{Error, KeepAliveOptions, LostReason, Redlock};
+use tokio::time::Instant;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_section_ten_times_the_ttl_stays_exclusive() {
+    let env = env(3).await;
+    let r = unique("long-section");
+    let ttl = Duration::from_millis(300);
+    let done = Arc::new(AtomicBool::new(false));
+    let contender = {
+        let (redlock, r, done) = (env.redlock.clone(), r.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut tries = 0u32;
+            while !done.load(Ordering::Acquire) {
+                tries += 1;
+                // An error (a timeout on a loaded machine) is not getting in either.
+                if let Ok(Some(lock)) = redlock.try_acquire(r.as_str(), ttl).await {
+                    return Err(format!(
+                        "contender got in after {tries} tries (token {})",
+                        lock.token()
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Ok(tries)
+        })
+    };
+    let started = Instant::now();
+    let extensions = env
+        .redlock
+        .with_lock(r.as_str(), ttl, |lock| async move {
+            tokio::time::sleep(ttl * 10).await;
+            lock.extensions()
+        })
+        .await
+        .expect("the section completes");
+    done.store(true, Ordering::Release);
+    let tries = contender.await.unwrap().expect("exclusive");
+    assert!(started.elapsed() >= ttl * 10);
+    assert!(
+        extensions >= 10,
+        "only {extensions} extensions over 10 TTLs"
+    );
+    assert!(tries >= 50, "the contender barely tried ({tries})");
+}
+
+/// Records when the closure's future is dropped (cancelled).
+struct DropClock(Arc<Mutex<Option<Instant>>>);
+impl Drop for DropClock {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap() = Some(Instant::now());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_majority_cancels_the_section_before_the_deadline() {
+    let (mut nodes, redlock) = local_with(3, |b| b.node_timeout(Duration::from_millis(100))).await;
+    let r = unique("cancel-on-loss");
+    let ttl = Duration::from_millis(1000);
+    let dropped = Arc::new(Mutex::new(None));
+    let handle_slot = Arc::new(Mutex::new(None));
+    let section = {
+        let (dropped, handle_slot) = (dropped.clone(), handle_slot.clone());
+        redlock.with_lock(r.as_str(), ttl, move |lock| async move {
+            let _clock = DropClock(dropped);
+            *handle_slot.lock().unwrap() = Some(lock);
+            std::future::pending::<()>().await;
+        })
+    };
+    tokio::pin!(section);
+    // Let it run for a while (a couple of extensions), then kill two of three nodes.
+    tokio::select! {
+        r = &mut section => panic!("section ended early: {r:?}"),
+        () = tokio::time::sleep(ttl) => {}
+    }
+    let handle = handle_slot
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the section started");
+    assert!(handle.extensions() >= 1);
+    nodes.kill(1).unwrap();
+    nodes.kill(2).unwrap();
+    let killed_at = Instant::now();
+    let result = section.await;
+    let deadline = handle.deadline();
+    match result {
+        Err(Error::Lost { reason }) => assert_eq!(reason, LostReason::Expired),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    let dropped_at = dropped.lock().unwrap().expect("the closure was dropped");
+    let lead = deadline.checked_duration_since(dropped_at);
+    println!(
+        "cancelled {:?} after the kill, {} the deadline",
+        dropped_at - killed_at,
+        match lead {
+            Some(l) => format!("{l:?} before"),
+            None => format!("{:?} AFTER", dropped_at - deadline),
+        }
+    );
+    // The bound is the feature: cancelled before the deadline. A loaded machine can wake the
+    // task late, so allow 20 ms of scheduling noise past the 2 ms early margin.
+    assert!(
+        dropped_at <= deadline + Duration::from_millis(20),
+        "cancelled {:?} after the deadline",
+        dropped_at - deadline
+    );
+    assert!(dropped_at - killed_at <= ttl + Duration::from_millis(50));
+}
+
+async fn keep_alive_survives(fault: impl FnOnce(&mut LocalNodes)) {
+    let (mut nodes, redlock) = local_with(3, |b| b.node_timeout(Duration::from_millis(100))).await;
+    let ttl = Duration::from_millis(300);
+    let guard = redlock
+        .acquire(unique("survive").as_str(), ttl)
+        .await
+        .unwrap()
+        .keep_alive();
+    fault(&mut nodes);
+    tokio::select! {
+        reason = guard.lost() => panic!("lost: {reason}"),
+        () = tokio::time::sleep(ttl * 10) => {}
+    }
+    assert!(!guard.is_lost());
+    assert!(
+        guard.extensions() >= 10,
+        "{} extensions",
+        guard.extensions()
+    );
+    guard.release().await.expect("still held");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_survives_a_killed_node() {
+    keep_alive_survives(|nodes| nodes.kill(2).unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_survives_a_paused_node() {
+    keep_alive_survives(|nodes| nodes.pause(0).unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_during_an_extension_leaves_nothing_and_stops_extending() {
+    let nodes = LocalNodes::start(3).await.unwrap();
+    // 40 ms of latency on every reply: with extensions every few ms, one is always in flight.
+    let mut proxies = Vec::new();
+    for i in 0..3 {
+        let p = FaultProxy::start(nodes.addr(i)).await.unwrap();
+        proxies.push(p);
+    }
+    let redlock = Redlock::builder()
+        .nodes(proxies.iter().map(|p| p.url()))
+        .node_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    for p in &proxies {
+        p.set(Fault::Latency(Duration::from_millis(40)));
+    }
+    let r = unique("release-race");
+    let key = redlock.key(&r);
+    let ttl = Duration::from_secs(2);
+    let lock = redlock.acquire(r.as_str(), ttl).await.unwrap();
+    let guard = lock
+        .keep_alive_with(KeepAliveOptions::default().renew_when_left(0.99))
+        .unwrap();
+    let handle = guard.handle();
+    // Wait until extensions are flowing, then release mid-stream.
+    while handle.extensions() < 3 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    guard.release().await.expect("release");
+    let after = handle.extensions();
+    assert_eq!(handle.lost().await, LostReason::Released);
+    // No key anywhere once the queued commands drained, and none comes back: an extension can
+    // never re-create a key, and none is sent after the release.
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            for i in 0..3 {
+                if nodes.get(i, &key).await.unwrap().is_some() {
+                    return false;
+                }
+            }
+            true
+        })
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await; // longer than any reply in flight
+    for i in 0..3 {
+        assert_eq!(nodes.get(i, &key).await.unwrap(), None);
+    }
+    assert_eq!(
+        handle.extensions(),
+        after,
+        "an extension was counted after release"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_of_three_ttls_is_lost_on_schedule() {
+    let env = env(3).await;
+    let ttl = Duration::from_millis(400);
+    let lock = env
+        .redlock
+        .acquire(unique("budget").as_str(), ttl)
+        .await
+        .unwrap();
+    let acquired_at = lock.acquired_at();
+    let guard = lock
+        .keep_alive_with(KeepAliveOptions::default().max_hold(ttl * 3))
+        .unwrap();
+    let reason = guard.lost().await;
+    let lost_at = Instant::now();
+    assert_eq!(reason, LostReason::BudgetExhausted);
+    let held = lost_at - acquired_at;
+    println!("held {held:?} with a budget of {:?}", ttl * 3);
+    // Never past the budget; not much before it either (drift of the last, shortened extension).
+    assert!(held <= ttl * 3 + Duration::from_millis(20), "held {held:?}");
+    assert!(
+        held >= ttl * 3 - Duration::from_millis(60),
+        "lost early: {held:?}"
+    );
+    assert!(matches!(
+        guard.release().await,
+        Ok(_) | Err(Error::NotHeld { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_extensions_is_a_budget_too() {
+    let env = env(3).await;
+    let ttl = Duration::from_millis(200);
+    let guard = env
+        .redlock
+        .acquire(unique("max-ext").as_str(), ttl)
+        .await
+        .unwrap()
+        .keep_alive_with(KeepAliveOptions::default().max_extensions(2))
+        .unwrap();
+    assert_eq!(guard.lost().await, LostReason::BudgetExhausted);
+    assert_eq!(guard.extensions(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_releases_on_error_and_panic_and_drop() {
+    let env = env(3).await;
+    let r = unique("exit-paths");
+    let key = env.redlock.key(&r);
+    let ttl = Duration::from_secs(30);
+    // Return with an error value.
+    let out: Result<Result<(), &str>, Error> = env
+        .redlock
+        .with_lock(r.as_str(), ttl, |_| async { Err("nope") })
+        .await;
+    assert_eq!(out.unwrap(), Err("nope"));
+    assert!(
+        env.redlock
+            .try_acquire(r.as_str(), ttl)
+            .await
+            .unwrap()
+            .is_some(),
+        "not released after an error"
+    );
+    let redlock = &env.redlock;
+    // Panic: released, then the panic resumes.
+    let panicked = tokio::spawn({
+        let (redlock, r) = (env.redlock.clone(), r.clone());
+        async move {
+            let _ = redlock
+                .with_lock(r.as_str(), ttl, |_| async { panic!("boom") })
+                .await;
+        }
+    })
+    .await;
+    assert!(panicked.unwrap_err().is_panic());
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            values(redlock, &key).await == vec![None; 3]
+        })
+        .await,
+        "not released after a panic"
+    );
+    // Outer future dropped mid-section.
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let task = {
+        let (entered, redlock, r) = (entered.clone(), env.redlock.clone(), r.clone());
+        tokio::spawn(async move {
+            redlock
+                .with_lock(r.as_str(), ttl, move |_| async move {
+                    entered.notify_one();
+                    std::future::pending::<()>().await;
+                })
+                .await
+        })
+    };
+    entered.notified().await;
+    task.abort();
+    let _ = task.await;
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            values(redlock, &key).await == vec![None; 3]
+        })
+        .await,
+        "not released after a drop"
+    );
+    // Invalid keep-alive options: typed error, nothing acquired.
+    let bad = fredlock::WithLock {
+        keep_alive: KeepAliveOptions::default().renew_when_left(1.5),
+        ..Default::default()
+    };
+    assert!(matches!(
+        env.redlock
+            .with_lock_using(r.as_str(), ttl, bad, |_| async {})
+            .await,
+        Err(Error::InvalidInput(fredlock::InvalidInput::KeepAlive(_)))
+    ));
+}

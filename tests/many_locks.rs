@@ -1,0 +1,53 @@
+//! Ten thousand locks kept alive at once from one process (its own test binary, so that its
+//! load does not disturb the timing of other tests).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use fredlock::Retry;
+use futures::StreamExt;
+use tokio::time::Instant;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_kept_alive_locks() {
+    // Bursts of 256 acquires on a loaded 2-core machine can meet a node timeout: retry.
+    let env = env_with(3, |b| {
+        b.retry(Retry {
+            attempts: 10,
+            delay: Duration::from_millis(10),
+            jitter: Duration::from_millis(10),
+        })
+    })
+    .await;
+    let ttl = Duration::from_secs(3);
+    let prefix = unique("many");
+    let started = Instant::now();
+    let mut guards = Vec::with_capacity(10_000);
+    let mut pending = futures::stream::FuturesUnordered::new();
+    for i in 0..10_000 {
+        let (redlock, name) = (env.redlock.clone(), format!("{prefix}:{i}"));
+        pending.push(async move { redlock.acquire(name.as_str(), ttl).await });
+        if pending.len() >= 256 {
+            guards.push(pending.next().await.unwrap().expect("acquire").keep_alive());
+        }
+    }
+    while let Some(lock) = pending.next().await {
+        guards.push(lock.expect("acquire").keep_alive());
+    }
+    println!("10,000 locks acquired in {:?}", started.elapsed());
+    // Past the first TTL: every lock must have been extended and none lost.
+    tokio::time::sleep(ttl + ttl / 3).await;
+    let lost = guards.iter().filter(|g| g.is_lost()).count();
+    let unextended = guards.iter().filter(|g| g.extensions() == 0).count();
+    assert_eq!(lost, 0);
+    assert_eq!(unextended, 0);
+    let mut releases =
+        futures::stream::iter(guards.into_iter().map(|g| g.release())).buffer_unordered(256);
+    let mut failed = 0;
+    while let Some(r) = releases.next().await {
+        failed += usize::from(r.is_err());
+    }
+    assert_eq!(failed, 0);
+}
