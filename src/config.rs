@@ -235,6 +235,7 @@ impl Builder {
             drift_factor: self.drift_factor,
             node_timeout: self.node_timeout,
             key_prefix: self.key_prefix,
+            background: Default::default(),
         }))
     }
 }

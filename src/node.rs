@@ -160,6 +160,16 @@ impl Node {
         });
     }
 
+    /// Stops the connect loop and, for clients fredlock created, sends QUIT behind whatever is
+    /// queued (so queued releases are answered first).
+    pub(crate) async fn close(&self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        if self.owned {
+            let _ = self.client.quit().await;
+        }
+    }
+
     /// Resolves once the first connection attempt finished: true when connected.
     pub(crate) async fn first_attempt(&self) -> bool {
         let mut rx = self.link.subscribe();

@@ -29,6 +29,46 @@ pub(crate) struct Inner {
     pub(crate) drift_factor: f64,
     pub(crate) node_timeout: Option<Duration>,
     pub(crate) key_prefix: String,
+    /// Releases spawned from drop paths that may not have reached fred's queues yet.
+    pub(crate) background: Background,
+}
+
+/// Counts background tasks so that [`Redlock::close`] can wait for them.
+#[derive(Debug, Default)]
+pub(crate) struct Background {
+    running: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+impl Background {
+    fn enter(inner: &Arc<Inner>) -> BackgroundGuard {
+        inner
+            .background
+            .running
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        BackgroundGuard(inner.clone())
+    }
+
+    async fn wait_idle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            if self.running.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+struct BackgroundGuard(Arc<Inner>);
+
+impl Drop for BackgroundGuard {
+    fn drop(&mut self) {
+        let bg = &self.0.background;
+        if bg.running.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+            bg.idle.notify_waiters();
+        }
+    }
 }
 
 /// One or several resource names: `&str`, `String`, arrays, slices and vectors of them.
@@ -182,6 +222,19 @@ impl Redlock {
         self.inner.nodes.get(index).map(|n| n.client())
     }
 
+    /// Closes the connections this `Redlock` opened (clients given with `clients()` are left
+    /// open), after the commands already queued on them, such as releases still finishing in the
+    /// background, have been answered. Call it before a short-lived process exits. Every clone
+    /// of this `Redlock` is affected: later commands fail with [`Error::Unavailable`].
+    ///
+    /// Cancellation: dropping the future may leave some connections open until the `Redlock`
+    /// is dropped.
+    pub async fn close(&self) {
+        self.inner.background.wait_idle().await;
+        let quits = self.inner.nodes.iter().map(|n| n.close());
+        futures::future::join_all(quits).await;
+    }
+
     /// The Redis key that holds `resource`'s lock on every node.
     pub fn key(&self, resource: &str) -> String {
         format!("{}{}", self.inner.key_prefix, resource)
@@ -205,9 +258,10 @@ impl Redlock {
             .await
     }
 
-    /// Like [`acquire`](Self::acquire), but gives up once `wait` has passed: no attempt starts
-    /// after `wait`, so the call returns within `wait` plus one per-node timeout.
-    /// The retry policy still applies (attempt count and pauses).
+    /// Like [`acquire`](Self::acquire), but retries until `wait` has passed instead of for a
+    /// number of attempts: the policy's pauses (`delay` + `jitter`) apply, its `attempts` does
+    /// not. No attempt starts after `wait`, so the call returns within `wait` plus one per-node
+    /// timeout. `Duration::ZERO` makes exactly one attempt.
     ///
     /// Cancellation: as for [`acquire`](Self::acquire).
     pub async fn acquire_with(
@@ -344,7 +398,8 @@ impl Redlock {
                 };
                 let pause = retry.delay + random_up_to(retry.jitter);
                 let out_of_time = give_up.is_some_and(|g| Instant::now() + pause >= g);
-                if attempt >= retry.attempts || out_of_time {
+                let out_of_attempts = wait.is_none() && attempt >= retry.attempts;
+                if out_of_attempts || out_of_time {
                     tracing::Span::current().record("attempt", attempt);
                     return Err(match failure {
                         Failure::Contended(votes) => Error::Contended {
@@ -550,7 +605,9 @@ pub(crate) fn spawn_release(inner: Arc<Inner>, held: Arc<Held>, why: &'static st
     match tokio::runtime::Handle::try_current() {
         Ok(rt) => {
             tracing::debug!(keys = ?held.keys, why, "fredlock: releasing in the background");
+            let running = Background::enter(&inner);
             rt.spawn(async move {
+                let _running = running;
                 let votes = inner.release_round(&held, 0..inner.nodes.len(), |a| a.iter().all(Option::is_some)).await;
                 tracing::debug!(keys = ?held.keys, %votes, why, "fredlock: background release done");
             });

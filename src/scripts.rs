@@ -2,10 +2,13 @@
 //!
 //! Most scripts are sent with EVALSHA and, on `NOSCRIPT` (after `SCRIPT FLUSH` or a node
 //! restart), resent at once with EVAL on the same connection (see [`crate::node`]).
-//! RELEASE is always sent with EVAL: a release can be answered after its caller stopped waiting
-//! (a paused node, a dropped future), and a late NOSCRIPT then has nobody left to resend it,
-//! which would leave the key for a whole TTL. A late extend or acquire that meets NOSCRIPT only
-//! fails, which is safe. EVAL costs ~250 bytes more on the wire and a SHA1 on the server.
+//! RELEASE and ACQUIRE_MANY are always sent with EVAL, because a resend breaks per-node order:
+//! - a release can be answered after its caller stopped waiting (a paused node, a dropped
+//!   future); a late NOSCRIPT then has nobody left to resend it, leaving the key for a TTL;
+//! - an acquire answered NOSCRIPT after the quorum was decided would be resent AFTER the
+//!   release queued behind it, setting a key nobody releases (the SCRIPT FLUSH test caught it).
+//! A resent extend lands at worst after a release, where it finds no token and does nothing.
+//! EVAL costs ~250 bytes more on the wire and a SHA1 on the server.
 //!
 //! All scripts touch only their `KEYS`, so a Redis Cluster used as one node works when the keys
 //! share a hash slot (use hash tags such as `{account}:1`).
@@ -98,7 +101,7 @@ impl Scripts {
     pub(crate) fn get() -> &'static Scripts {
         static SCRIPTS: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
         SCRIPTS.get_or_init(|| Scripts {
-            acquire_many: Script::new(ACQUIRE_MANY),
+            acquire_many: Script::eval_only(ACQUIRE_MANY),
             extend: Script::new(EXTEND),
             release: Script::eval_only(RELEASE),
             inspect: Script::new(INSPECT),

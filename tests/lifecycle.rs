@@ -250,3 +250,82 @@ async fn dropping_a_lock_releases_it_in_the_background() {
         .unwrap()
         .is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_with_waits_for_the_wait_not_the_attempt_count() {
+    let env = env_with(3, |b| {
+        b.retry(fredlock::Retry {
+            attempts: 1,
+            delay: Duration::from_millis(20),
+            jitter: Duration::from_millis(10),
+        })
+    })
+    .await;
+    let r = unique("wait");
+    let held = env
+        .redlock
+        .acquire(r.as_str(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    let wait = Duration::from_millis(300);
+    let t = Instant::now();
+    match env
+        .redlock
+        .acquire_with(r.as_str(), Duration::from_secs(1), wait)
+        .await
+    {
+        Err(Error::Contended { attempts, .. }) => assert!(attempts > 3, "{attempts} attempts"),
+        other => panic!("expected Contended, got {other:?}"),
+    }
+    let took = t.elapsed();
+    // No attempt starts after the wait; the last one is bounded by the node timeout (10 ms).
+    assert!(
+        took >= wait - Duration::from_millis(30) && took < wait + Duration::from_millis(500),
+        "{took:?}"
+    );
+    // A zero wait is exactly one attempt.
+    match env
+        .redlock
+        .acquire_with(r.as_str(), Duration::from_secs(1), Duration::ZERO)
+        .await
+    {
+        Err(Error::Contended { attempts: 1, .. }) => {}
+        other => panic!("expected one attempt, got {other:?}"),
+    }
+    held.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_waits_for_background_releases() {
+    let env = env(3).await;
+    let r = unique("close");
+    let key = env.redlock.key(&r);
+    for _ in 0..20 {
+        let lock = env
+            .redlock
+            .acquire(r.as_str(), Duration::from_secs(30))
+            .await
+            .unwrap();
+        lock.release().await.unwrap();
+    }
+    let lock = env
+        .redlock
+        .acquire(r.as_str(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    drop(lock); // released in the background
+    env.redlock.close().await;
+    // Checked once, no polling: close() returned after every queued release was answered.
+    let fresh = fredlock::Redlock::builder()
+        .nodes(env.nodes.urls())
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(values(&fresh, &key).await, vec![None; 3]);
+    assert!(matches!(
+        env.redlock
+            .try_acquire(r.as_str(), Duration::from_secs(1))
+            .await,
+        Err(Error::Unavailable { .. })
+    ));
+}
