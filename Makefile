@@ -2,7 +2,7 @@
 CARGO ?= cargo
 FEATURES := --features testkit
 
-.PHONY: demo test bench lint redis-server
+.PHONY: demo test bench scheduler lint redis-server
 
 ## make demo: several processes increment one counter under the lock (then without it: --no-lock)
 demo: redis-server
@@ -16,6 +16,10 @@ test: redis-server
 ## make bench: latency and throughput against a raw fred floor, on local nodes
 bench: redis-server
 	$(CARGO) run --release $(FEATURES) --example bench -- $(BENCH_ARGS)
+
+## make scheduler: three scheduler processes elect a leader; the leader is killed; another takes over
+scheduler: redis-server
+	$(CARGO) run --quiet $(FEATURES) --example scheduler
 
 ## make lint: what CI checks besides the tests
 lint:
