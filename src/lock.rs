@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{Error, NotHeldReason, Result, Votes};
+use crate::error::{Result, Votes};
 use crate::node::Held;
 use crate::quorum::{self, Outcome};
 use crate::redlock::{spawn_release, Redlock};
@@ -164,23 +164,12 @@ impl Lock {
             votes: votes.clone(),
             elapsed,
         };
-        let n = inner.nodes.len();
         span.in_scope(
             || tracing::debug!(%votes, elapsed_us = elapsed.as_micros() as u64, "released"),
         );
         match quorum::outcome(&votes.0) {
             Outcome::Reached => Ok(report),
-            _ if votes.refused() > n - inner.quorum => Err(Error::NotHeld {
-                reason: NotHeldReason::TokenGone,
-                votes,
-            }),
-            _ => Err(Error::Unavailable {
-                attempts: 1,
-                nodes: n,
-                quorum: inner.quorum,
-                reachable: votes.granted() + votes.refused(),
-                votes,
-            }),
+            _ => Err(inner.round_failure(votes)),
         }
     }
 }

@@ -406,13 +406,7 @@ impl Redlock {
                             attempts: attempt,
                             votes,
                         },
-                        Failure::Unavailable(votes) => Error::Unavailable {
-                            attempts: attempt,
-                            nodes: self.inner.nodes.len(),
-                            quorum: self.inner.quorum,
-                            reachable: votes.granted() + votes.refused(),
-                            votes,
-                        },
+                        Failure::Unavailable(votes) => self.inner.unavailable(attempt, votes),
                         Failure::Expired(elapsed) => Error::ValidityExpired {
                             attempts: attempt,
                             elapsed,
@@ -563,26 +557,37 @@ impl Inner {
         if reached && Instant::now() < current_deadline {
             return Ok(t0 + validity);
         }
-        let n = self.nodes.len();
-        Err(if Instant::now() >= current_deadline {
-            Error::NotHeld {
+        if Instant::now() >= current_deadline {
+            return Err(Error::NotHeld {
                 reason: NotHeldReason::Expired,
                 votes,
-            }
-        } else if votes.refused() > n - self.quorum {
+            });
+        }
+        Err(self.round_failure(votes))
+    }
+
+    /// Why a quorum round on a held lock (extend, release) failed: `NotHeld(TokenGone)` when
+    /// refusals alone rule out a quorum, `Unavailable` otherwise (too few answers to know).
+    pub(crate) fn round_failure(&self, votes: Votes) -> Error {
+        if votes.refused() > self.nodes.len() - self.quorum {
             Error::NotHeld {
                 reason: NotHeldReason::TokenGone,
                 votes,
             }
         } else {
-            Error::Unavailable {
-                attempts: 1,
-                nodes: n,
-                quorum: self.quorum,
-                reachable: votes.granted() + votes.refused(),
-                votes,
-            }
-        })
+            self.unavailable(1, votes)
+        }
+    }
+
+    /// `Unavailable` with the node counts filled in.
+    pub(crate) fn unavailable(&self, attempts: u32, votes: Votes) -> Error {
+        Error::Unavailable {
+            attempts,
+            nodes: self.nodes.len(),
+            quorum: self.quorum,
+            reachable: votes.granted() + votes.refused(),
+            votes,
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //!   future); a late NOSCRIPT then has nobody left to resend it, leaving the key for a TTL;
 //! - an acquire answered NOSCRIPT after the quorum was decided would be resent AFTER the
 //!   release queued behind it, setting a key nobody releases (the SCRIPT FLUSH test caught it).
+//!
 //! A resent extend lands at worst after a release, where it finds no token and does nothing.
 //! EVAL costs ~250 bytes more on the wire and a SHA1 on the server.
 //!
