@@ -21,7 +21,9 @@ async fn ten_thousand_kept_alive_locks() {
         })
     })
     .await;
-    let ttl = Duration::from_secs(3);
+    // 10 s: renewing 10,000 locks every ~6.7 s is ~1,500 extension rounds/s, within what a debug
+    // build on a busy 2-core machine sustains (a 3 s TTL needed 5,000/s and lost most locks there).
+    let ttl = Duration::from_secs(10);
     let prefix = unique("many");
     let started = Instant::now();
     let mut guards = Vec::with_capacity(10_000);
@@ -37,12 +39,19 @@ async fn ten_thousand_kept_alive_locks() {
         guards.push(lock.expect("acquire").keep_alive());
     }
     println!("10,000 locks acquired in {:?}", started.elapsed());
-    // Past the first TTL: every lock must have been extended and none lost.
-    tokio::time::sleep(ttl + ttl / 3).await;
+    // Every lock gets extended once (about 2/3 of a TTL after its acquire) and none is lost.
+    let all_extended = eventually(ttl * 2, || async {
+        guards.iter().all(|g| g.extensions() >= 1)
+    })
+    .await;
     let lost = guards.iter().filter(|g| g.is_lost()).count();
     let unextended = guards.iter().filter(|g| g.extensions() == 0).count();
+    println!(
+        "after {:?}: {lost} lost, {unextended} not extended",
+        started.elapsed()
+    );
+    assert!(all_extended);
     assert_eq!(lost, 0);
-    assert_eq!(unextended, 0);
     let mut releases =
         futures::stream::iter(guards.into_iter().map(|g| g.release())).buffer_unordered(256);
     let mut failed = 0;
