@@ -122,6 +122,41 @@ impl Election {
         self.role.borrow().is_leader()
     }
 
+    /// The current term, only while it is valid (leader and before `valid_until`).
+    pub fn current_term(&self) -> Option<Term> {
+        match &*self.role.borrow() {
+            Role::Leader(t) if Instant::now() < t.valid_until => Some(t.clone()),
+            _ => None,
+        }
+    }
+
+    /// Resolves when `term` is over: this participant stepped down, a different term began, or
+    /// the term's validity (as extended) ran out. Run a job as
+    /// `tokio::select! { () = election.term_ended(&term) => {}, () = job() => {} }` so that it
+    /// stops the moment leadership goes.
+    ///
+    /// Cancellation: safe (it only observes).
+    pub async fn term_ended(&self, term: &Term) {
+        let mut rx = self.role.clone();
+        loop {
+            let valid_until = match &*rx.borrow_and_update() {
+                Role::Leader(t) if t.token == term.token => t.valid_until,
+                _ => return,
+            };
+            if Instant::now() >= valid_until {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(valid_until) => {}
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
     /// Waits until this participant is leader and returns the term.
     ///
     /// Cancellation: safe (it only observes).

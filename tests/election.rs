@@ -166,3 +166,38 @@ async fn leaders_never_overlap_and_fail_over_in_time() {
     }
     println!("worst failover gap {worst_gap:?} (bound {max_gap:?} + margin)");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn term_ended_fires_when_the_term_is_lost() {
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let mut proxies = Vec::new();
+    for i in 0..3 {
+        proxies.push(FaultProxy::start(nodes.addr(i)).await.unwrap());
+    }
+    let redlock = Redlock::builder()
+        .nodes(proxies.iter().map(|p| p.url()))
+        .retry(RETRY)
+        .build()
+        .await
+        .unwrap();
+    let election = redlock.elect(common::unique("term").as_str(), TTL).unwrap();
+    let term = election.leader().await;
+    assert_eq!(
+        election.current_term().map(|t| t.token),
+        Some(term.token.clone())
+    );
+    // Cut it off: the term must end no later than its validity.
+    for p in &proxies {
+        p.set(Fault::Reset);
+    }
+    let ended = tokio::time::timeout(TTL * 2, election.term_ended(&term)).await;
+    assert!(ended.is_ok(), "term_ended did not fire within 2 TTLs");
+    let latest = election
+        .role()
+        .term()
+        .map(|t| t.valid_until)
+        .unwrap_or(term.valid_until);
+    assert!(Instant::now() <= latest.max(term.valid_until) + Duration::from_millis(50));
+    assert!(election.current_term().is_none());
+    election.resign().await;
+}

@@ -203,7 +203,10 @@ async fn a_key_of_the_wrong_type_is_never_a_grant() {
         Err(Error::Unavailable { votes, .. }) => {
             // Two WRONGTYPE failures decide it; node 2 may still be pending then.
             assert_eq!(votes.failed(), 2, "{votes}");
-            assert!(matches!(votes.0[2], Vote::Granted | Vote::Pending), "{votes}");
+            assert!(
+                matches!(votes.0[2], Vote::Granted | Vote::Pending),
+                "{votes}"
+            );
             assert!(votes.failures().all(|e| e.kind == NodeErrorKind::Server));
         }
         other => panic!("expected Unavailable (two nodes answered WRONGTYPE), got {other:?}"),
