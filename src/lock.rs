@@ -105,9 +105,9 @@ impl Lock {
     /// there (an expired key is never re-created). Succeeds with a quorum within the current
     /// validity; the new deadline counts from the start of this call.
     ///
-    /// Errors: [`Error::NotHeld`] when the deadline passed or a quorum no longer holds our token
-    /// (the lock is lost for good); [`Error::Unavailable`] when too few nodes answered but the lock
-    /// is still valid until its old deadline (you may retry); [`Error::InvalidInput`] for a bad
+    /// Errors: [`Error::NotHeld`](crate::Error::NotHeld) when the deadline passed or a quorum no longer holds our token
+    /// (the lock is lost for good); [`Error::Unavailable`](crate::Error::Unavailable) when too few nodes answered but the lock
+    /// is still valid until its old deadline (you may retry); [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad
     /// TTL. On any error the deadline is unchanged.
     ///
     /// Cancellation: dropping the future leaves the deadline unchanged; extensions already sent
@@ -144,9 +144,9 @@ impl Lock {
     ///
     /// `Ok` means a quorum still held our token when it was deleted, so no one else can have held
     /// the lock in the meantime (under Redlock's assumptions), even if the deadline had passed.
-    /// Errors: [`Error::NotHeld`] (reason `TokenGone`) when a quorum no longer held our token:
+    /// Errors: [`Error::NotHeld`](crate::Error::NotHeld) (reason `TokenGone`) when a quorum no longer held our token:
     /// it expired or was taken over, and the work done under it may not have been exclusive.
-    /// [`Error::Unavailable`] when too few nodes answered to know.
+    /// [`Error::Unavailable`](crate::Error::Unavailable) when too few nodes answered to know.
     ///
     /// Cancellation: dropping the future still releases (the release is finished in the
     /// background, as when a `Lock` is dropped).
