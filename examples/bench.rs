@@ -8,22 +8,28 @@
 //! markdown table, ready to paste into README.md:
 //!
 //! - (a) serial acquire+release cycle latency, fredlock vs a RAW FLOOR: three plain fred clients
-//!   doing `SET key token NX PX ttl` on every node at once, then a compare-and-delete script via
-//!   `EVALSHA` on every node at once. Nothing else: no timeouts of its own, no early decision, no
-//!   clean-up paths. Whatever fredlock costs above it is fredlock's overhead.
-//! - (b) 64 tasks cycling acquire+release on their own keys for a fixed time: cycles/s.
+//!   (configured like fredlock's) doing `SET key token NX PX ttl` on every node at once, then a
+//!   compare-and-delete script via `EVALSHA` on every node at once. Nothing else: no per-command
+//!   options, no early decision, no background or clean-up work. Note that the floor waits for
+//!   all three nodes while fredlock returns once two of three agree, which can put fredlock's
+//!   latency below the floor's even though it does more work per cycle.
+//! - (b) 64 tasks cycling acquire+release on their own keys for a fixed time: cycles/s. On a small
+//!   machine this is bound by CPU, so it shows fredlock's CPU cost per cycle; the bench also
+//!   prints that cost directly.
 //! - (c) one of the three nodes replaced by a listener that accepts TCP and never answers: the
 //!   serial cycle latency must stay close to the healthy one (fredlock decides on the quorum and
 //!   does not wait for the silent node). A second row does the same with a node that connected
 //!   normally and then went silent (a fault proxy switched to blackhole), where every command to
 //!   it really stays in flight until the 500 ms per-node timeout.
 //!
-//! Method, because these machines are small (2 cores) and noisy:
+//! Method, because these machines are small (2 cores), shared and noisy:
 //! - every variant is warmed up first (connections, allocator, scripts cached, CPU caches);
-//! - the variants are measured in interleaved rounds (floor, fredlock, silent node; the order of
-//!   floor and fredlock alternates each round), and the table shows the MEDIAN across rounds of
-//!   each round's percentile. A burst of load from elsewhere then hits one round of every variant
-//!   alike instead of one whole variant, and the median drops the round it spoiled;
+//! - the variants are interleaved: within a serial round, floor, fredlock and fredlock-with-a-
+//!   blackhole take turns in blocks of 50 cycles (a few ms), and throughput rounds alternate
+//!   floor and fredlock. A change in the machine's load (another build, a test suite) then falls
+//!   on every variant alike instead of on whichever happened to run at that moment;
+//! - there are several rounds, and the table shows the MEDIAN across rounds of each round's
+//!   percentile (or rate), so one spoiled round does not move the result;
 //! - every measurement loop runs in a spawned task, as a request handler would, not on the
 //!   runtime's `block_on` thread.
 
@@ -80,10 +86,10 @@ impl Plan {
             quick: false,
             warmup_cycles: 2_000,
             rounds: 5,
-            cycles: 5_000,
+            cycles: 4_000,
             throughput_warmup: Duration::from_millis(500),
-            throughput_rounds: 3,
-            throughput_round: Duration::from_secs(1),
+            throughput_rounds: 10,
+            throughput_round: Duration::from_millis(300),
         }
     }
 
@@ -91,11 +97,11 @@ impl Plan {
         Plan {
             quick: true,
             warmup_cycles: 300,
-            rounds: 3,
-            cycles: 1_000,
+            rounds: 5,
+            cycles: 600,
             throughput_warmup: Duration::from_millis(200),
-            throughput_rounds: 2,
-            throughput_round: Duration::from_millis(500),
+            throughput_rounds: 6,
+            throughput_round: Duration::from_millis(170),
         }
     }
 }
@@ -109,9 +115,10 @@ struct Floor {
 
 impl Floor {
     /// Connects one client per URL with the settings of fredlock's own clients (see
-    /// `src/node.rs`): TCP_NODELAY above all (without it, Nagle's algorithm would add up to
-    /// 40 ms to some replies), and the same reconnect policy, attempts, buffer and default
-    /// timeout, so that only the code on top of the client differs.
+    /// `src/node.rs`): TCP_NODELAY above all (without it, Nagle's algorithm can hold a small
+    /// request back until the previous one is acknowledged, up to the ~40 ms delayed-ACK time),
+    /// and the same reconnect policy, attempts, buffer and default timeout, so that only the code
+    /// on top of the client differs.
     async fn connect(urls: &[String]) -> Floor {
         let mut clients = Vec::with_capacity(urls.len());
         for url in urls {
@@ -276,41 +283,80 @@ struct Round {
     third: ThirdNode,
 }
 
-/// Runs `cycles` serial acquire+release cycles in a spawned task and records each one.
-async fn serial_round(target: &Target, resource: &str, cycles: usize) -> Round {
-    let target = target.clone();
-    let names = Names::new(resource.to_string());
+/// Cycles per block in a serial round: small enough (a few ms) that a change in the machine's
+/// load lasting longer than a few blocks falls on every variant alike.
+const BLOCK: usize = 50;
+
+/// Runs `cycles` serial acquire+release cycles of each variant (target, resource) and records
+/// each cycle's duration. The variants take turns in blocks of [`BLOCK`] cycles, in a rotating
+/// order, so that they are measured under the same conditions. Runs in one spawned task.
+async fn serial_round(variants: &[(&Target, &str)], cycles: usize) -> Vec<Round> {
+    let variants: Vec<(Target, Names)> = variants
+        .iter()
+        .map(|(target, resource)| ((*target).clone(), Names::new(resource.to_string())))
+        .collect();
     spawn_and_wait(async move {
-        // 1 µs .. 60 s at 3 significant digits.
-        let mut hist = Histogram::<u64>::new_with_bounds(1_000, 60_000_000_000, 3)
-            .expect("histogram bounds are valid");
-        let mut third = ThirdNode::default();
-        for _ in 0..cycles {
-            let start = Instant::now();
-            let report = target.cycle(&names).await;
-            hist.saturating_record(start.elapsed().as_nanos() as u64);
-            if let Some(report) = report {
-                third.add(&report);
+        let mut recorded: Vec<(Histogram<u64>, ThirdNode)> = variants
+            .iter()
+            .map(|_| {
+                // 1 µs .. 60 s at 3 significant digits.
+                let hist = Histogram::<u64>::new_with_bounds(1_000, 60_000_000_000, 3)
+                    .expect("histogram bounds are valid");
+                (hist, ThirdNode::default())
+            })
+            .collect();
+        let n = variants.len();
+        let mut done = 0;
+        for block in 0.. {
+            if done >= cycles {
+                break;
             }
+            let size = BLOCK.min(cycles - done);
+            for k in 0..n {
+                let i = (block + k) % n;
+                let (target, names) = &variants[i];
+                let (hist, third) = &mut recorded[i];
+                for _ in 0..size {
+                    let start = Instant::now();
+                    let report = target.cycle(names).await;
+                    hist.saturating_record(start.elapsed().as_nanos() as u64);
+                    if let Some(report) = report {
+                        third.add(&report);
+                    }
+                }
+            }
+            done += size;
         }
-        Round {
-            p50: hist.value_at_quantile(0.50),
-            p99: hist.value_at_quantile(0.99),
-            third,
-        }
+        recorded
+            .into_iter()
+            .map(|(hist, third)| Round {
+                p50: hist.value_at_quantile(0.50),
+                p99: hist.value_at_quantile(0.99),
+                third,
+            })
+            .collect()
     })
     .await
 }
 
-/// Cycles/s of `TASKS` tasks, each cycling on its own key until `duration` has passed. The
-/// elapsed time runs until the last task finished its last cycle, so no partial work is lost.
-async fn throughput_round(target: &Target, duration: Duration) -> f64 {
+/// One throughput round: cycles/s, and this process's CPU time per cycle when known.
+struct Throughput {
+    per_second: f64,
+    cpu_per_cycle_us: Option<f64>,
+}
+
+/// Runs `TASKS` tasks, each cycling on its own key (`{prefix}:{task}`) until `duration` has
+/// passed. The elapsed time runs until the last task finished its last cycle, so no partial work
+/// is lost. Also measures this process's CPU time per cycle: on a shared 2-core machine that is
+/// a steadier measure of the client's cost than cycles/s (the Redis servers are not counted).
+async fn throughput_round(target: &Target, prefix: &str, duration: Duration) -> Throughput {
+    let cpu_before = process_cpu();
     let start = Instant::now();
     let end = start + duration;
     let tasks: Vec<_> = (0..TASKS)
         .map(|i| {
             let target = target.clone();
-            let names = Names::new(format!("bench:tput:{i}"));
+            let names = Names::new(format!("{prefix}:{i}"));
             tokio::spawn(async move {
                 let mut cycles = 0u64;
                 while Instant::now() < end {
@@ -325,7 +371,25 @@ async fn throughput_round(target: &Target, duration: Duration) -> f64 {
     for task in tasks {
         total += task.await.expect("a throughput task panicked");
     }
-    total as f64 / start.elapsed().as_secs_f64()
+    let elapsed = start.elapsed();
+    let cpu = cpu_before
+        .zip(process_cpu())
+        .map(|(a, b)| b.saturating_sub(a));
+    Throughput {
+        per_second: total as f64 / elapsed.as_secs_f64(),
+        cpu_per_cycle_us: cpu.map(|c| c.as_secs_f64() * 1e6 / total.max(1) as f64),
+    }
+}
+
+/// CPU time (user + system, all threads) this process used so far, from `/proc/self/stat`;
+/// `None` where that does not exist (not Linux).
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // USER_HZ is 100 on every Linux architecture's user-space ABI.
+    Some(Duration::from_millis(ticks * 10))
 }
 
 /// Runs `work` as its own task (on a runtime worker, like a request handler) and waits for it.
@@ -385,8 +449,6 @@ fn parse_args() -> Plan {
     for arg in std::env::args().skip(1) {
         match arg.as_str() {
             "--quick" => plan = Plan::quick(),
-            // `cargo bench`-style harness flag: harmless, ignore it.
-            "--bench" => {}
             "-h" | "--help" => {
                 println!(
                     "usage: cargo run --release --features testkit --example bench [-- --quick]"
@@ -436,6 +498,7 @@ async fn main() {
     let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
     let redis_version = command_output("redis-server", &["--version"]);
     let date = command_output("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]);
+    let git = command_output("git", &["describe", "--always", "--dirty"]);
     if cfg!(debug_assertions) {
         eprintln!("bench: WARNING: a debug build; numbers are meaningless without --release");
     }
@@ -446,13 +509,26 @@ async fn main() {
         .await
         .expect("start 3 local redis-server nodes (is redis-server on PATH?)");
     let urls = nodes.urls();
-    let where_ = match &nodes {
-        TestNodes::Local(_) => "3 local redis-server nodes".to_string(),
-        TestNodes::External(_) => format!("FREDLOCK_NODES={}", urls.join(",")),
-    };
+
+    // Keys unique to this run: leftovers of an aborted run on external nodes (alive for a TTL)
+    // cannot make an acquire wait or fail.
+    let run = format!("bench:{}", std::process::id());
+    let (serial_res, silent_res, stalled_res, tput_prefix) = (
+        format!("{run}:serial"),
+        format!("{run}:silent"),
+        format!("{run}:stalled"),
+        format!("{run}:tput"),
+    );
 
     let floor = Target::Floor(Arc::new(Floor::connect(&urls).await));
-    let healthy = Target::Fredlock(redlock(urls.clone(), None).await);
+    let healthy_redlock = redlock(urls.clone(), None).await;
+    // Node names as fredlock shows them (`host:port/db`): URLs may carry passwords.
+    let where_ = match &nodes {
+        TestNodes::Local(_) => "3 local redis-server nodes",
+        TestNodes::External(_) => "FREDLOCK_NODES",
+    };
+    let where_ = format!("{where_} ({})", healthy_redlock.node_names().join(", "));
+    let healthy = Target::Fredlock(healthy_redlock);
 
     // (c): the third node is a listener that accepts TCP and never answers, from the start.
     let blackhole = Blackhole::start()
@@ -470,7 +546,7 @@ async fn main() {
     // `inspect` waits for every node: proof that the proxied node is connected and answering
     // before it goes silent.
     let probe = stalled_redlock
-        .inspect("bench:probe")
+        .inspect(&format!("{run}:probe"))
         .await
         .expect("inspect through the proxy");
     if let Err(e) = &probe.nodes[2].state {
@@ -486,50 +562,50 @@ async fn main() {
 
     let run_started = Instant::now();
 
+    // (a) and (c): floor, fredlock and fredlock with a blackhole node take turns in small blocks.
+    // fred never completes its handshake with the blackhole (its PING is never answered), so
+    // commands to it fail at once and leave nothing behind that could slow the others down.
+    let mixed = [
+        (&floor, serial_res.as_str()),
+        (&healthy, serial_res.as_str()),
+        (&silent, silent_res.as_str()),
+    ];
+    // (c'): measured on its own, because everything it sends to the silent node stays in flight
+    // for 500 ms and would then expire during the other variants' cycles.
+    let alone = [(&stalled, stalled_res.as_str())];
+
     // Warm-up: connections, scripts cached in Redis, allocator and CPU caches, for each variant.
-    for (target, resource) in [
-        (&floor, "bench:serial"),
-        (&healthy, "bench:serial"),
-        (&silent, "bench:silent"),
-        (&stalled, "bench:stalled"),
-    ] {
-        serial_round(target, resource, plan.warmup_cycles).await;
-    }
+    serial_round(&mixed, plan.warmup_cycles).await;
+    serial_round(&alone, plan.warmup_cycles).await;
     settle().await;
 
-    // (a) and (c), interleaved rounds.
     let (mut s_floor, mut s_healthy, mut s_silent, mut s_stalled) = (
         Series::default(),
         Series::default(),
         Series::default(),
         Series::default(),
     );
-    for round in 0..plan.rounds {
-        // Alternate who goes first, so that neither always runs right after the other.
-        if round % 2 == 0 {
-            s_floor.push(serial_round(&floor, "bench:serial", plan.cycles).await);
-            s_healthy.push(serial_round(&healthy, "bench:serial", plan.cycles).await);
-        } else {
-            s_healthy.push(serial_round(&healthy, "bench:serial", plan.cycles).await);
-            s_floor.push(serial_round(&floor, "bench:serial", plan.cycles).await);
+    for _ in 0..plan.rounds {
+        let mut mixed_rounds = serial_round(&mixed, plan.cycles).await.into_iter();
+        for series in [&mut s_floor, &mut s_healthy, &mut s_silent] {
+            series.push(mixed_rounds.next().expect("one result per variant"));
         }
-        s_silent.push(serial_round(&silent, "bench:silent", plan.cycles).await);
-        settle().await;
-        s_stalled.push(serial_round(&stalled, "bench:stalled", plan.cycles).await);
+        let mut alone_rounds = serial_round(&alone, plan.cycles).await.into_iter();
+        s_stalled.push(alone_rounds.next().expect("one result per variant"));
         settle().await;
     }
 
     // (b) throughput, interleaved rounds as well.
-    throughput_round(&floor, plan.throughput_warmup).await;
-    throughput_round(&healthy, plan.throughput_warmup).await;
+    throughput_round(&floor, &tput_prefix, plan.throughput_warmup).await;
+    throughput_round(&healthy, &tput_prefix, plan.throughput_warmup).await;
     let (mut t_floor, mut t_healthy) = (Vec::new(), Vec::new());
     for round in 0..plan.throughput_rounds {
         if round % 2 == 0 {
-            t_floor.push(throughput_round(&floor, plan.throughput_round).await);
-            t_healthy.push(throughput_round(&healthy, plan.throughput_round).await);
+            t_floor.push(throughput_round(&floor, &tput_prefix, plan.throughput_round).await);
+            t_healthy.push(throughput_round(&healthy, &tput_prefix, plan.throughput_round).await);
         } else {
-            t_healthy.push(throughput_round(&healthy, plan.throughput_round).await);
-            t_floor.push(throughput_round(&floor, plan.throughput_round).await);
+            t_healthy.push(throughput_round(&healthy, &tput_prefix, plan.throughput_round).await);
+            t_floor.push(throughput_round(&floor, &tput_prefix, plan.throughput_round).await);
         }
     }
     let measured_for = run_started.elapsed();
@@ -538,14 +614,31 @@ async fn main() {
     let yes_no = |ok: bool| if ok { "yes" } else { "**no**" };
     let (f50, h50) = (s_floor.p50(), s_healthy.p50());
     let (f99, h99) = (s_floor.p99(), s_healthy.p99());
-    let (tf, th) = (median(t_floor.clone()), median(t_healthy.clone()));
+    let rates = |t: &[Throughput]| t.iter().map(|t| t.per_second).collect::<Vec<_>>();
+    let cpu = |t: &[Throughput]| {
+        let v: Option<Vec<f64>> = t.iter().map(|t| t.cpu_per_cycle_us).collect();
+        v.map(median)
+    };
+    let (tf, th) = (median(rates(&t_floor)), median(rates(&t_healthy)));
     let (c50, c99) = (s_silent.p50(), s_silent.p99());
     let (d50, d99) = (s_stalled.p50(), s_stalled.p99());
 
     println!();
     println!("machine: nproc={nproc}, {redis_version}, {date}");
+    println!("fredlock {} (git {git})", env!("CARGO_PKG_VERSION"));
     println!("command: `{command}`");
-    println!("nodes: {where_}; TTL {} s; median of {} interleaved rounds of {} cycles (after {} warm-up cycles); throughput: {TASKS} tasks, median of {} rounds of {:.1} s", TTL.as_secs(), plan.rounds, plan.cycles, plan.warmup_cycles, plan.throughput_rounds, plan.throughput_round.as_secs_f64());
+    println!("nodes: {where_}");
+    println!(
+        "method: TTL {} s; serial: median over {} interleaved rounds of {} cycles per variant \
+         (after {} warm-up cycles); throughput: {TASKS} tasks, median over {} interleaved rounds \
+         of {} ms per variant",
+        TTL.as_secs(),
+        plan.rounds,
+        plan.cycles,
+        plan.warmup_cycles,
+        plan.throughput_rounds,
+        plan.throughput_round.as_millis()
+    );
     println!();
     println!("| measurement | baseline | fredlock | ratio | target | met? |");
     println!("|---|---:|---:|---:|---|---|");
@@ -606,9 +699,15 @@ async fn main() {
     );
     println!(
         "per-round cycles/s: floor [{}], fredlock [{}]",
-        list(&t_floor),
-        list(&t_healthy)
+        list(&rates(&t_floor)),
+        list(&rates(&t_healthy))
     );
+    if let (Some(f), Some(h)) = (cpu(&t_floor), cpu(&t_healthy)) {
+        println!(
+            "(b) client CPU per cycle (this process, all threads; median of rounds): floor {f:.1} µs, fredlock {h:.1} µs ({:.2}x)",
+            h / f
+        );
+    }
     for (name, t) in [
         ("blackhole", s_silent.third),
         ("silent-after-connect", s_stalled.third),
