@@ -96,6 +96,7 @@ pub(crate) async fn fan_out<T, F>(
     nodes: usize,
     calls: impl IntoIterator<Item = (usize, F)>,
     until: Option<Instant>,
+    late: Late,
     mut decided: impl FnMut(&[Option<T>]) -> bool,
 ) -> Vec<Option<T>>
 where
@@ -126,11 +127,24 @@ where
             () = &mut timer => break,
         }
     }
-    if !running.is_empty() {
+    if !running.is_empty() && late == Late::Finish {
         // Late answers are not needed, but their commands must finish under fred's timeout.
         tokio::spawn(async move { while running.next().await.is_some() {} });
     }
     answers
+}
+
+/// What [`fan_out`] does with commands still running when the outcome is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Late {
+    /// Drive them to completion in a background task, so that fred's timeout stays in charge:
+    /// a SET that times out before it is written is then skipped, never written after a
+    /// reconnect. For acquire.
+    Finish,
+    /// Drop them: the commands already handed to fred still run, in order, and a late answer
+    /// needs no follow-up (a late extension only keeps our own key longer; a late release or
+    /// read changes nothing). For extend, release and inspect: saves a task spawn per round.
+    Drop,
 }
 
 /// Votes with unanswered nodes as [`Vote::Pending`].
@@ -145,11 +159,18 @@ pub(crate) fn votes(answers: Vec<Option<Vote>>) -> crate::error::Votes {
 
 /// `decided` rule for quorum questions: stop once the outcome is known.
 pub(crate) fn quorum_known(answers: &[Option<Vote>]) -> bool {
-    let votes: Vec<Vote> = answers
+    // Called after every answer: count in place rather than build a Vec<Vote>.
+    let n = answers.len();
+    let q = quorum(n);
+    let granted = answers
         .iter()
-        .map(|a| a.clone().unwrap_or(Vote::Pending))
-        .collect();
-    outcome(&votes) != Outcome::Undecided
+        .filter(|a| matches!(a, Some(Vote::Granted)))
+        .count();
+    let against = answers
+        .iter()
+        .filter(|a| matches!(a, Some(Vote::Refused | Vote::Failed(_))))
+        .count();
+    granted >= q || against > n - q
 }
 
 #[cfg(test)]
@@ -267,7 +288,7 @@ mod tests {
         ];
         let got = tokio::time::timeout(
             Duration::from_secs(5),
-            fan_out(3, calls, None, quorum_known),
+            fan_out(3, calls, None, Late::Finish, quorum_known),
         )
         .await
         .expect("decided without the hung node");

@@ -12,7 +12,7 @@ use crate::config::{Builder, Retry};
 use crate::error::{Error, InvalidInput, NodeError, NotHeldReason, Result, Vote, Votes};
 use crate::lock::Lock;
 use crate::node::{Held, Node};
-use crate::quorum::{self, fan_out, quorum_known, votes, Outcome};
+use crate::quorum::{self, fan_out, quorum_known, votes, Late, Outcome};
 
 /// A Redlock over N independent Redis nodes. Cheap to clone (one `Arc`); share it freely
 /// across tasks.
@@ -313,7 +313,7 @@ impl Redlock {
             .iter()
             .enumerate()
             .map(|(i, n)| (i, n.clone().inspect(key.clone(), timeout)));
-        let answers = fan_out(self.inner.nodes.len(), calls, None, |_| false).await;
+        let answers = fan_out(self.inner.nodes.len(), calls, None, Late::Drop, |_| false).await;
         let nodes = answers
             .into_iter()
             .zip(&self.inner.nodes)
@@ -440,8 +440,16 @@ impl Redlock {
             .iter()
             .enumerate()
             .map(|(i, n)| (i, n.clone().acquire(held.clone(), req.ttl_ms, req.timeout)));
-        let votes =
-            votes(fan_out(self.inner.nodes.len(), calls, Some(deadline), quorum_known).await);
+        let votes = votes(
+            fan_out(
+                self.inner.nodes.len(),
+                calls,
+                Some(deadline),
+                Late::Finish,
+                quorum_known,
+            )
+            .await,
+        );
         let now = Instant::now();
         let span = tracing::Span::current();
         span.record("granted", votes.granted());
@@ -502,7 +510,7 @@ impl Inner {
         let calls: Vec<_> = targets
             .map(|i| (i, self.nodes[i].clone().release(held.clone(), timeout)))
             .collect();
-        votes(fan_out(self.nodes.len(), calls, None, enough).await)
+        votes(fan_out(self.nodes.len(), calls, None, Late::Drop, enough).await)
     }
 
     /// Releases on every node, deciding as soon as the outcome is known.
@@ -545,10 +553,12 @@ impl Inner {
             .enumerate()
             .map(|(i, n)| (i, n.clone().extend(held.clone(), ttl_ms, timeout)));
         let votes = votes(
+            // A late extension only keeps our own key longer: nothing to finish.
             fan_out(
                 self.nodes.len(),
                 calls,
                 Some(current_deadline),
+                Late::Drop,
                 quorum_known,
             )
             .await,

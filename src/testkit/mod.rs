@@ -51,8 +51,10 @@
 //! # }
 //! ```
 
+pub mod checker;
 mod proxy;
 mod server;
+pub mod torture;
 
 pub use proxy::{Blackhole, Fault, FaultProxy};
 pub use server::{from_env_or_start, resp_command, LocalNodes, RespValue, TestNodes};
