@@ -488,6 +488,94 @@ async fn redlock(urls: Vec<String>, node_timeout: Option<Duration>) -> Redlock {
     builder.build().await.expect("build a Redlock")
 }
 
+/// Resident memory of this process, from /proc/self/statm (Linux); `None` elsewhere.
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// Sum of `total_commands_processed` over the nodes (INFO stats), through fredlock's clients.
+async fn commands_processed(redlock: &Redlock) -> u64 {
+    use fredlock::fred::prelude::{ClientLike, Value};
+    use fredlock::fred::types::{ClusterHash, CustomCommand};
+    let mut total = 0;
+    for i in 0..redlock.node_names().len() {
+        let client = redlock.client(i).expect("node");
+        let info: Value = client
+            .custom(
+                CustomCommand::new_static("INFO", ClusterHash::Random, false),
+                vec!["stats"],
+            )
+            .await
+            .expect("INFO stats");
+        let text = info.as_str().map(|s| s.into_owned()).unwrap_or_default();
+        total += text
+            .lines()
+            .find_map(|l| l.strip_prefix("total_commands_processed:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    total
+}
+
+/// (d) What holding many locks with keep-alive costs.
+struct KeepAliveLoad {
+    locks: usize,
+    ttl: Duration,
+    bytes_per_lock: Option<f64>,
+    commands_per_second: f64,
+    lost: usize,
+}
+
+/// Acquires `locks` locks with keep-alive at once, measures this process's memory growth and
+/// the nodes' command rate over two TTLs (every lock extended about three times), releases.
+async fn keep_alive_load(
+    urls: &[String],
+    prefix: &str,
+    locks: usize,
+    ttl: Duration,
+) -> KeepAliveLoad {
+    let redlock = redlock(urls.to_vec(), None).await;
+    let before = resident_bytes();
+    let mut guards = Vec::with_capacity(locks);
+    let mut pending = futures::stream::FuturesUnordered::new();
+    use futures::StreamExt;
+    for i in 0..locks {
+        let (redlock, name) = (redlock.clone(), format!("{prefix}:{i}"));
+        pending.push(async move { redlock.acquire(name.as_str(), ttl).await });
+        if pending.len() >= 256 {
+            let lock = pending.next().await.expect("one result").expect("acquire");
+            guards.push(lock.keep_alive());
+        }
+    }
+    while let Some(lock) = pending.next().await {
+        guards.push(lock.expect("acquire").keep_alive());
+    }
+    let after = resident_bytes();
+    let window = ttl * 2;
+    let c0 = commands_processed(&redlock).await;
+    let t0 = Instant::now();
+    tokio::time::sleep(window).await;
+    let c1 = commands_processed(&redlock).await;
+    let elapsed = t0.elapsed().as_secs_f64();
+    let lost = guards.iter().filter(|g| g.is_lost()).count();
+    let releases =
+        futures::stream::iter(guards.into_iter().map(|g| g.release())).buffer_unordered(256);
+    let _: Vec<_> = releases.collect().await;
+    redlock.close().await;
+    KeepAliveLoad {
+        locks,
+        ttl,
+        bytes_per_lock: match (before, after) {
+            (Some(b), Some(a)) => Some(a.saturating_sub(b) as f64 / locks as f64),
+            _ => None,
+        },
+        commands_per_second: (c1 - c0) as f64 / elapsed,
+        lost,
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let plan = parse_args();
@@ -608,6 +696,14 @@ async fn main() {
             t_floor.push(throughput_round(&floor, &tput_prefix, plan.throughput_round).await);
         }
     }
+    // (d) 10,000 locks kept alive at once from this process.
+    let keep = keep_alive_load(
+        &urls,
+        &format!("{run}:keep"),
+        10_000,
+        Duration::from_secs(if plan.quick { 3 } else { 6 }),
+    )
+    .await;
     let measured_for = run_started.elapsed();
 
     // The table.
@@ -673,6 +769,23 @@ async fn main() {
     println!(
         "| (c') 1 of 3 nodes silent after connecting: p99, µs (baseline: healthy fredlock) | {h99:.1} | {d99:.1} | {:.3} | — | — |",
         d99 / h99
+    );
+    // Extending at 2/3 of the TTL: locks x nodes / (ttl x 2/3) EVALSHA per second, plus the
+    // commands each script runs (GET, PEXPIRE), which INFO counts too.
+    let rounds_per_second = keep.locks as f64 / (keep.ttl.as_secs_f64() * 2.0 / 3.0);
+    println!(
+        "| (d) {} locks kept alive (TTL {} s): memory per held lock | — | {} | — | — | — |",
+        keep.locks,
+        keep.ttl.as_secs(),
+        keep.bytes_per_lock
+            .map_or("n/a".to_string(), |b| format!("{:.0} B", b))
+    );
+    println!(
+        "| (d) {} locks kept alive: Redis commands/s, all nodes (extension rounds/s: {:.0}) | — | {:.0} | — | — | {} lost |",
+        keep.locks,
+        rounds_per_second,
+        keep.commands_per_second,
+        keep.lost
     );
     println!();
 
