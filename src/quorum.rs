@@ -7,6 +7,8 @@
 //! charge of them and whatever they chain (a release after a late grant) still happens in order.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -86,7 +88,9 @@ pub(crate) fn default_node_timeout(ttl: Duration) -> Duration {
 }
 
 /// Runs `calls` (node index, command future) concurrently and returns each node's answer as soon
-/// as `decided` says enough is known, or when `until` passes. Nodes that did not answer by then
+/// as `decided` says enough is known, or when `until` passes. Every call is polled at least once
+/// first, so every node's command is handed to fred (and ordered on its connection) whatever
+/// the decision. Nodes that did not answer by then
 /// are `None`; their futures go on in a background task. Indices not in `calls` stay `None`.
 ///
 /// Cancellation: dropping the returned future drops the per-node futures; commands already handed
@@ -104,10 +108,37 @@ where
     F: Future<Output = T> + Send + 'static,
 {
     let mut answers: Vec<Option<T>> = (0..nodes).map(|_| None).collect();
-    let mut running: FuturesUnordered<_> = calls
+    // Poll every call once BEFORE any decision: a command reaches fred only when its future is
+    // first polled, and fred fails commands to a disconnected node synchronously, so deciding on
+    // the first answers could otherwise leave later nodes' futures unpolled: a release never
+    // sent, or an acquire's SET sent only after the clean-up release behind which it had to land
+    // (the torture run's S6 probe found both).
+    let mut started: Vec<(usize, Option<Pin<Box<F>>>)> = calls
         .into_iter()
-        .map(|(i, call)| async move { (i, call.await) })
+        .map(|(i, call)| (i, Some(Box::pin(call))))
         .collect();
+    std::future::poll_fn(|cx| {
+        for (i, slot) in started.iter_mut() {
+            if let Some(call) = slot {
+                if let Poll::Ready(answer) = call.as_mut().poll(cx) {
+                    answers[*i] = Some(answer);
+                    *slot = None;
+                }
+            }
+        }
+        Poll::Ready(())
+    })
+    .await;
+    let mut running: FuturesUnordered<_> = started
+        .into_iter()
+        .filter_map(|(i, slot)| slot.map(|call| async move { (i, call.await) }))
+        .collect();
+    if decided(&answers) {
+        if !running.is_empty() && late == Late::Finish {
+            tokio::spawn(async move { while running.next().await.is_some() {} });
+        }
+        return answers;
+    }
     let timer = async {
         match until {
             Some(t) => tokio::time::sleep_until(t).await,

@@ -294,3 +294,69 @@ async fn a_restarted_node_is_used_again() {
         "node 0 never granted again after its restart"
     );
 }
+
+/// Regression (found by the torture run's S6 probe): when the FIRST nodes in configuration order
+/// fail synchronously (fail-fast on a dead connection), the round used to be decided before the
+/// live node's future was ever polled, so its clean-up release was never sent, or its SET was
+/// sent after the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_acquire_leaves_no_key_on_a_live_node_after_the_dead_ones() {
+    let (mut nodes, redlock) = local_with(3, |b| {
+        b.node_timeout(Duration::from_millis(300))
+            .retry(Retry::once())
+    })
+    .await;
+    nodes.kill(0).unwrap();
+    nodes.kill(1).unwrap();
+    // Wait until fred knows both connections are gone (commands to them then fail at once).
+    let rl = &redlock;
+    assert!(eventually(Duration::from_secs(5), || first_two_down(rl)).await);
+    for _ in 0..10 {
+        let r = unique("majority-dead-first");
+        assert!(matches!(
+            redlock.acquire(r.as_str(), TTL).await,
+            Err(Error::Unavailable { .. })
+        ));
+        // Checked at once: the clean-up release was sent right behind the SET on node 2.
+        let key = redlock.key(&r);
+        assert!(
+            eventually(Duration::from_millis(200), || async {
+                nodes.get(2, &key).await.unwrap().is_none()
+            })
+            .await,
+            "node 2 kept the key of a failed acquire"
+        );
+    }
+}
+
+/// Regression: a release whose first two nodes are dead must still reach the third.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_reaches_a_live_node_after_the_first_two_die() {
+    let (mut nodes, redlock) = local_with(3, |b| b.node_timeout(Duration::from_millis(300))).await;
+    let r = unique("release-after-two-died");
+    let key = redlock.key(&r);
+    let lock = redlock.acquire(r.as_str(), TTL).await.unwrap();
+    nodes.kill(0).unwrap();
+    nodes.kill(1).unwrap();
+    let rl = &redlock;
+    assert!(eventually(Duration::from_secs(5), || first_two_down(rl)).await);
+    assert!(matches!(
+        lock.release().await,
+        Err(Error::Unavailable { .. })
+    ));
+    assert!(
+        eventually(Duration::from_millis(500), || async {
+            nodes.get(2, &key).await.unwrap().is_none()
+        })
+        .await,
+        "the live node kept the key after release"
+    );
+}
+
+/// Whether nodes 0 and 1 fail an inspect right now (fred noticed their connections are gone).
+async fn first_two_down(redlock: &Redlock) -> bool {
+    match redlock.inspect("probe").await {
+        Ok(seen) => seen.nodes[0].state.is_err() && seen.nodes[1].state.is_err(),
+        Err(_) => false,
+    }
+}
