@@ -21,6 +21,13 @@ bench: redis-server
 scheduler: redis-server
 	$(CARGO) run --quiet $(FEATURES) --example scheduler
 
+## make torture: fault-injection torture run with a safety checker, N=3 then N=5, plus the negative
+## controls (SECS=600 in all; SEED empty = a random seed, printed for replay). Exit 1 on a violation.
+SECS ?= 600
+SEED ?=
+torture: redis-server
+	$(CARGO) run --release $(FEATURES) --example torture -- --secs $(SECS) --seed "$(SEED)"
+
 ## make lint: what CI checks besides the tests
 lint:
 	$(CARGO) fmt --all -- --check

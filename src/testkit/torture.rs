@@ -41,7 +41,9 @@
 //! values, later extended and released (often after the client re-acquired the resource, so
 //! another holder's key is there: rows 13 and 14); attempts on the foreign resources; and a
 //! private-resource probe where the keys are deleted or taken over behind the lock's back
-//! before it extends and releases (S4, S5 at the script level). Every critical section is a
+//! before it extends and releases (S4, S5 at the script level); and a clean-up probe (S6): an
+//! acquire on a private resource cancelled after 0-3 ms, failed, or granted and released, must
+//! leave no key on any node whose state and link did not change meanwhile. Every critical section is a
 //! non-atomic read-modify-write of a counter on the data node, done only while the lock still
 //! has a guard of validity left (so a holder does not act past its deadline: row 10 is not
 //! covered by Redlock, and this run is about what Redlock does guarantee).
@@ -1566,10 +1568,13 @@ impl Worker {
     async fn op_cancel(&mut self, op: &Op) {
         self.private_seq += 1;
         let p = format!("private:{}:{}", self.id, self.private_seq);
+        // A long TTL (the resource is private, no one waits for it): a key left behind is still
+        // there at the second look below, while a clean-up that is merely slow is not.
+        let ttl = self.env.config.ttl_max * 4;
         let (e0, pe0) = (self.env.epochs(), self.env.board.epochs(self.id));
         let budget = Duration::from_micros(op.offset_us.unsigned_abs() % 3_000);
         let outcome =
-            match tokio::time::timeout(budget, self.redlock.acquire(p.as_str(), op.ttl)).await {
+            match tokio::time::timeout(budget, self.redlock.acquire(p.as_str(), ttl)).await {
                 Ok(Ok(lock)) => {
                     self.stats.cleanup_probes[2] += 1;
                     let _ = lock.release().await;
@@ -1587,24 +1592,44 @@ impl Worker {
         // Background releases are queued behind their SETs on the same connections: they land
         // within a node timeout (the per-command timeout of fred bounds them).
         tokio::time::sleep(self.node_timeout + ms(150)).await;
-        let Ok(inspection) = self.env.observer.inspect(&p).await else {
+        let Ok(first) = self.env.observer.inspect(&p).await else {
+            return;
+        };
+        self.checker().count_check("S6 clean-up");
+        let held = |i: &Inspection, n: usize| match &i.nodes[n].state {
+            Ok(Some(h)) => Some(h.token.clone()),
+            _ => None,
+        };
+        let suspects: Vec<usize> = (0..first.nodes.len())
+            .filter(|&n| held(&first, n).is_some())
+            .collect();
+        if suspects.is_empty() {
+            return;
+        }
+        // Look again later: only a key that is still there (same token) was left behind.
+        tokio::time::sleep(ms(500)).await;
+        let Ok(second) = self.env.observer.inspect(&p).await else {
             return;
         };
         let (e1, pe1) = (self.env.epochs(), self.env.board.epochs(self.id));
-        self.checker().count_check("S6 clean-up");
-        for (i, n) in inspection.nodes.iter().enumerate() {
-            if e0[i] != e1[i] || pe0[i] != pe1[i] {
+        for n in suspects {
+            let token = held(&first, n);
+            if e0[n] != e1[n] || pe0[n] != pe1[n] || held(&second, n) != token {
                 continue;
             }
-            if let Ok(Some(h)) = &n.state {
-                self.checker().violation(
-                    ViolationKind::LeftKey,
-                    format!(
-                        "client {}: acquire of {p} ({outcome}, budget {budget:?}) left token {} on node {i} ({:?} left), node and link undisturbed",
-                        self.id, h.token, h.ttl
-                    ),
-                );
-            }
+            let ttl_left = match &second.nodes[n].state {
+                Ok(Some(h)) => h.ttl,
+                _ => None,
+            };
+            self.checker().violation(
+                ViolationKind::LeftKey,
+                format!(
+                    "client {}: acquire of {p} ({outcome}, budget {budget:?}, ttl {ttl:?}) left token {} on node {n} ({ttl_left:?} left {:?} later), node and link undisturbed",
+                    self.id,
+                    token.unwrap_or_default(),
+                    self.node_timeout + ms(650)
+                ),
+            );
         }
     }
 

@@ -1,0 +1,107 @@
+//! A short torture run (N = 3 and N = 5, 25 s each, every fault of rows 1-9, 13-15) must find
+//! no violation within Redlock's assumptions, and every negative control must find the
+//! violation planted in it (the delayed-restart control none). The table is printed (see it with
+//! `--nocapture`). The seed is fixed; `FREDLOCK_TORTURE_SEED` overrides it, and a failing seed
+//! replays with the command the table prints. `make torture` runs the long version.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use fredlock::testkit::torture::{self, FaultKind, TortureConfig};
+
+const DEFAULT_SEED: u64 = 0x5EED_2024;
+const RUN: Duration = Duration::from_secs(25);
+
+/// The two tests each start several redis-servers and load both cores: run them one at a time
+/// (a starved machine would only test the scheduler).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn seed() -> u64 {
+    std::env::var("FREDLOCK_TORTURE_SEED")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(DEFAULT_SEED)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+#[test]
+fn torture_finds_no_violation_within_the_assumptions() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let seed = seed();
+    println!("torture seed {seed} (set FREDLOCK_TORTURE_SEED to change it)");
+    let started = Instant::now();
+    let reports = runtime().block_on(async {
+        let mut reports = Vec::new();
+        for n in [3, 5] {
+            let report = torture::run(TortureConfig::new(n, seed, RUN))
+                .await
+                .expect("set up the torture run (is redis-server installed?)");
+            reports.push(report);
+        }
+        reports
+    });
+    println!("{}", torture::markdown(&reports, &[]));
+    println!("wall time {:?}", started.elapsed());
+    for r in &reports {
+        let n = r.config.nodes;
+        assert_eq!(
+            r.violations(),
+            0,
+            "N={n}, seed {seed}: {:#?}",
+            r.check.violations.iter().take(5).collect::<Vec<_>>()
+        );
+        // The run did something worth checking.
+        assert!(
+            r.stats.granted >= 100,
+            "N={n}: only {} grants",
+            r.stats.granted
+        );
+        assert!(
+            r.check.verified_sections >= 50,
+            "N={n}: only {} verified sections",
+            r.check.verified_sections
+        );
+        assert!(
+            r.check.writes_completed >= 100,
+            "N={n}: only {} counter writes",
+            r.check.writes_completed
+        );
+        let injected: u64 = r.faults.values().map(|f| f.0).sum();
+        assert!(injected >= 15, "N={n}: only {injected} faults");
+        // The schedule deals every kind once before picking at random: all rows are covered.
+        for kind in FaultKind::ALL {
+            assert!(r.faults.contains_key(&kind), "N={n}: no {kind:?} injected");
+        }
+        assert_eq!(
+            r.stats.data_errors, 0,
+            "N={n}: the data node is never faulted"
+        );
+    }
+}
+
+#[test]
+fn negative_controls_detect_the_planted_violations() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let controls = runtime().block_on(torture::negative_controls());
+    println!("{}", torture::markdown(&[], &controls));
+    assert_eq!(controls.len(), 3);
+    for c in &controls {
+        assert!(
+            c.pass,
+            "negative control {:?} (row {}) failed: {c:#?}",
+            c.name, c.row
+        );
+        if c.expect_violation {
+            assert!(c.violations >= 1);
+        } else {
+            assert_eq!(c.violations, 0);
+        }
+    }
+}
