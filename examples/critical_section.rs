@@ -201,8 +201,8 @@ impl Stats {
 }
 
 async fn worker(p: &Params) -> Result<(), BoxError> {
-    let urls =
-        node_urls().ok_or("FREDLOCK_NODES is not set (workers are started by the parent)")?;
+    let urls = fredlock::testkit::env_nodes()
+        .ok_or("FREDLOCK_NODES is not set (workers are started by the parent)")?;
     let redlock = Redlock::builder().nodes(urls).retry(RETRY).build().await?;
     let client = redlock.client(0).ok_or("no node configured")?;
     // Connected: tell the parent, then wait for the starting signal so every worker begins at
@@ -273,18 +273,6 @@ async fn worker(p: &Params) -> Result<(), BoxError> {
 // ---------------------------------------------------------------------------------------------
 // The parent: nodes, header, workers, verdict.
 
-/// The URLs in `FREDLOCK_NODES`, if it names any.
-fn node_urls() -> Option<Vec<String>> {
-    let list = std::env::var(NODES_ENV).ok()?;
-    let urls: Vec<String> = list
-        .split(',')
-        .map(str::trim)
-        .filter(|u| !u.is_empty())
-        .map(str::to_owned)
-        .collect();
-    (!urls.is_empty()).then_some(urls)
-}
-
 async fn parent(p: &Params) -> ExitCode {
     match run(p).await {
         Ok(code) => code,
@@ -297,7 +285,7 @@ async fn parent(p: &Params) -> ExitCode {
 
 async fn run(p: &Params) -> Result<ExitCode, BoxError> {
     // Keep `local` alive until the end: dropping it stops the local redis-server processes.
-    let (urls, local) = match node_urls() {
+    let (urls, local) = match fredlock::testkit::env_nodes() {
         Some(urls) => (urls, None),
         None => {
             let nodes = fredlock::testkit::LocalNodes::start(3)

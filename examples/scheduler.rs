@@ -222,8 +222,8 @@ enum Stop {
 
 async fn worker(id: &str) -> Result<(), BoxError> {
     let _: usize = id.parse().map_err(|_| format!("bad worker id {id:?}"))?;
-    let urls =
-        node_urls().ok_or("FREDLOCK_NODES is not set (workers are started by the parent)")?;
+    let urls = fredlock::testkit::env_nodes()
+        .ok_or("FREDLOCK_NODES is not set (workers are started by the parent)")?;
     let redlock = Redlock::builder().nodes(urls).retry(RETRY).build().await?;
 
     // Connected: tell the parent, then wait for the starting signal, so that every worker
@@ -371,18 +371,6 @@ fn print_wrapped(text: &str) {
     println!("{line}");
 }
 
-/// The URLs in `FREDLOCK_NODES`, if it names any.
-fn node_urls() -> Option<Vec<String>> {
-    let list = std::env::var(NODES_ENV).ok()?;
-    let urls: Vec<String> = list
-        .split(',')
-        .map(str::trim)
-        .filter(|u| !u.is_empty())
-        .map(str::to_owned)
-        .collect();
-    (!urls.is_empty()).then_some(urls)
-}
-
 async fn parent() -> ExitCode {
     match run().await {
         Ok(code) => code,
@@ -395,7 +383,7 @@ async fn parent() -> ExitCode {
 
 async fn run() -> Result<ExitCode, BoxError> {
     // Keep `local` alive until the end: dropping it stops the local redis-server processes.
-    let (urls, local) = match node_urls() {
+    let (urls, local) = match fredlock::testkit::env_nodes() {
         Some(urls) => (urls, None),
         None => {
             let nodes = fredlock::testkit::LocalNodes::start(3)

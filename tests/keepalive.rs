@@ -17,37 +17,55 @@ async fn a_section_ten_times_the_ttl_stays_exclusive() {
     let env = env(3).await;
     let r = unique("long-section");
     let ttl = Duration::from_millis(300);
+    let entered = Arc::new(tokio::sync::Notify::new());
     let done = Arc::new(AtomicBool::new(false));
+    // The contender starts once the section runs and records when it ever got the lock.
     let contender = {
-        let (redlock, r, done) = (env.redlock.clone(), r.clone(), done.clone());
+        let (redlock, r, entered, done) = (
+            env.redlock.clone(),
+            r.clone(),
+            entered.clone(),
+            done.clone(),
+        );
         tokio::spawn(async move {
-            let mut tries = 0u32;
+            entered.notified().await;
+            let (mut tries, mut grants) = (0u32, Vec::new());
             while !done.load(Ordering::Acquire) {
                 tries += 1;
                 // An error (a timeout on a loaded machine) is not getting in either.
                 if let Ok(Some(lock)) = redlock.try_acquire(r.as_str(), ttl).await {
-                    return Err(format!(
-                        "contender got in after {tries} tries (token {})",
-                        lock.token()
-                    ));
+                    grants.push(Instant::now());
+                    let _ = lock.release().await;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            Ok(tries)
+            (tries, grants)
         })
     };
-    let started = Instant::now();
-    let extensions = env
-        .redlock
-        .with_lock(r.as_str(), ttl, |lock| async move {
-            tokio::time::sleep(ttl * 10).await;
-            lock.extensions()
-        })
-        .await
-        .expect("the section completes");
+    let window = Arc::new(Mutex::new(None));
+    let extensions = {
+        let (entered, window) = (entered.clone(), window.clone());
+        env.redlock
+            .with_lock(r.as_str(), ttl, move |lock| async move {
+                let start = Instant::now();
+                entered.notify_one();
+                tokio::time::sleep(ttl * 10).await;
+                *window.lock().unwrap() = Some((start, Instant::now()));
+                lock.extensions()
+            })
+            .await
+            .expect("the section completes")
+    };
     done.store(true, Ordering::Release);
-    let tries = contender.await.unwrap().expect("exclusive");
-    assert!(started.elapsed() >= ttl * 10);
+    let (tries, grants) = contender.await.unwrap();
+    let (start, end) = window.lock().unwrap().expect("the section ran");
+    assert!(end - start >= ttl * 10);
+    for g in &grants {
+        assert!(
+            *g < start || *g > end,
+            "the contender got in during the section"
+        );
+    }
     assert!(
         extensions >= 10,
         "only {extensions} extensions over 10 TTLs"

@@ -57,4 +57,4 @@ mod server;
 pub mod torture;
 
 pub use proxy::{Blackhole, Fault, FaultProxy};
-pub use server::{from_env_or_start, resp_command, LocalNodes, RespValue, TestNodes};
+pub use server::{env_nodes, from_env_or_start, resp_command, LocalNodes, RespValue, TestNodes};

@@ -769,14 +769,25 @@ pub async fn from_env_or_start(n: usize) -> io::Result<TestNodes> {
     LocalNodes::start(n).await.map(TestNodes::Local)
 }
 
-/// The first `n` URLs of a comma-separated list, if it has at least `n`.
-fn external_urls(list: &str, n: usize) -> Option<Vec<String>> {
-    let urls: Vec<String> = list
-        .split(',')
+/// Every URL named by `FREDLOCK_NODES`, if it names any (for programs that use exactly the
+/// nodes listed, however many).
+pub fn env_nodes() -> Option<Vec<String>> {
+    let urls = parse_list(&std::env::var(NODES_ENV).ok()?);
+    (!urls.is_empty()).then_some(urls)
+}
+
+/// The URLs of a comma-separated list, trimmed, empty entries skipped.
+fn parse_list(list: &str) -> Vec<String> {
+    list.split(',')
         .map(str::trim)
         .filter(|u| !u.is_empty())
         .map(str::to_owned)
-        .collect();
+        .collect()
+}
+
+/// The first `n` URLs of a comma-separated list, if it has at least `n`.
+fn external_urls(list: &str, n: usize) -> Option<Vec<String>> {
+    let urls = parse_list(list);
     (urls.len() >= n).then(|| urls.into_iter().take(n).collect())
 }
 
