@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fredlock::testkit::{Fault, FaultProxy, LocalNodes};
-use fredlock::{Election, Redlock, Retry, Role};
+use fredlock::{Election, Retry, Role};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_millis(500);
@@ -74,16 +74,7 @@ async fn leaders_never_overlap_and_fail_over_in_time() {
     let resource = common::unique("leader");
     let mut participants = Vec::new();
     for _ in 0..3 {
-        let mut proxies = Vec::new();
-        for i in 0..3 {
-            proxies.push(FaultProxy::start(nodes.addr(i)).await.unwrap());
-        }
-        let redlock = Redlock::builder()
-            .nodes(proxies.iter().map(|p| p.url()))
-            .retry(RETRY)
-            .build()
-            .await
-            .unwrap();
+        let (proxies, redlock) = common::behind_proxies(&nodes, |b| b.retry(RETRY)).await;
         let election = redlock.elect(resource.as_str(), TTL).unwrap();
         let windows = Arc::new(Mutex::new(Vec::new()));
         observe(&election, windows.clone());
@@ -170,16 +161,7 @@ async fn leaders_never_overlap_and_fail_over_in_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn term_ended_fires_when_the_term_is_lost() {
     let nodes = LocalNodes::start(3).await.unwrap();
-    let mut proxies = Vec::new();
-    for i in 0..3 {
-        proxies.push(FaultProxy::start(nodes.addr(i)).await.unwrap());
-    }
-    let redlock = Redlock::builder()
-        .nodes(proxies.iter().map(|p| p.url()))
-        .retry(RETRY)
-        .build()
-        .await
-        .unwrap();
+    let (proxies, redlock) = common::behind_proxies(&nodes, |b| b.retry(RETRY)).await;
     let election = redlock.elect(common::unique("term").as_str(), TTL).unwrap();
     let term = election.leader().await;
     assert_eq!(

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use fredlock::testkit::{Fault, FaultProxy, LocalNodes};
-use fredlock::{Error, KeepAliveOptions, LostReason, Redlock};
+use fredlock::testkit::{Fault, LocalNodes};
+use fredlock::{Error, KeepAliveOptions, LostReason};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,17 +173,8 @@ async fn keep_alive_survives_a_paused_node() {
 async fn release_during_an_extension_leaves_nothing_and_stops_extending() {
     let nodes = LocalNodes::start(3).await.unwrap();
     // 40 ms of latency on every reply: with extensions every few ms, one is always in flight.
-    let mut proxies = Vec::new();
-    for i in 0..3 {
-        let p = FaultProxy::start(nodes.addr(i)).await.unwrap();
-        proxies.push(p);
-    }
-    let redlock = Redlock::builder()
-        .nodes(proxies.iter().map(|p| p.url()))
-        .node_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .unwrap();
+    let (proxies, redlock) =
+        behind_proxies(&nodes, |b| b.node_timeout(Duration::from_millis(500))).await;
     for p in &proxies {
         p.set(Fault::Latency(Duration::from_millis(40)));
     }

@@ -142,3 +142,31 @@ pub async fn raw(redlock: &Redlock, i: usize, args: &[&str]) -> fredlock::fred::
         .await
         .expect("command")
 }
+
+/// One fault proxy per local node and a Redlock that reaches the nodes only through them.
+pub async fn behind_proxies(
+    nodes: &LocalNodes,
+    tweak: impl FnOnce(Builder) -> Builder,
+) -> (Vec<fredlock::testkit::FaultProxy>, Redlock) {
+    let mut proxies = Vec::new();
+    for i in 0..nodes.len() {
+        proxies.push(
+            fredlock::testkit::FaultProxy::start(nodes.addr(i))
+                .await
+                .expect("proxy"),
+        );
+    }
+    let redlock = tweak(Redlock::builder().nodes(proxies.iter().map(|p| p.url())))
+        .build()
+        .await
+        .expect("build");
+    (proxies, redlock)
+}
+
+/// Whether node `i` loses `key` within `within` (a background release landing, a key expiring).
+pub async fn gone_within(nodes: &LocalNodes, i: usize, key: &str, within: Duration) -> bool {
+    eventually(within, || async {
+        nodes.get(i, key).await.expect("GET").is_none()
+    })
+    .await
+}
