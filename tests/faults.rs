@@ -129,9 +129,10 @@ async fn majority_killed_is_unavailable_within_bound_and_leaves_nothing() {
         }
         other => panic!("expected Unavailable, got {other:?}"),
     }
-    assert_eq!(
-        nodes.get(0, &redlock.key(&r)).await.unwrap(),
-        None,
+    // The dead nodes fail at once, so the round can be decided before node 0 answered its SET;
+    // the clean-up release is queued right behind that SET and lands within a round trip.
+    assert!(
+        gone_within(&nodes, 0, &redlock.key(&r), Duration::from_millis(500)).await,
         "key left on the live node"
     );
 }
