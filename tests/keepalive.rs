@@ -128,13 +128,13 @@ async fn losing_the_majority_cancels_the_section_before_the_deadline() {
         }
     );
     // The bound is the feature: cancelled before the deadline. A loaded machine can wake the
-    // task late, so allow 20 ms of scheduling noise past the 2 ms early margin.
+    // task late, so allow 50 ms of scheduling noise past the 2 ms early margin.
     assert!(
-        dropped_at <= deadline + Duration::from_millis(20),
+        dropped_at <= deadline + Duration::from_millis(50),
         "cancelled {:?} after the deadline",
         dropped_at - deadline
     );
-    assert!(dropped_at - killed_at <= ttl + Duration::from_millis(50));
+    assert!(dropped_at - killed_at <= ttl + Duration::from_millis(100));
 }
 
 async fn keep_alive_survives(fault: impl FnOnce(&mut LocalNodes)) {
@@ -235,11 +235,20 @@ async fn a_budget_of_three_ttls_is_lost_on_schedule() {
     assert_eq!(reason, LostReason::BudgetExhausted);
     let held = lost_at - acquired_at;
     println!("held {held:?} with a budget of {:?}", ttl * 3);
-    // Never past the budget; not much before it either (drift of the last, shortened extension).
-    assert!(held <= ttl * 3 + Duration::from_millis(20), "held {held:?}");
+    // The validity never went past the budget (exact, no timing noise involved) ...
+    assert!(
+        guard.deadline() <= acquired_at + ttl * 3,
+        "deadline past the budget"
+    );
+    // ... the loss came close to it (the last extension's drift, 2 ms early firing), and was
+    // observed without much delay (a loaded machine may wake this task late).
     assert!(
         held >= ttl * 3 - Duration::from_millis(60),
         "lost early: {held:?}"
+    );
+    assert!(
+        held <= ttl * 3 + Duration::from_millis(100),
+        "observed late: {held:?}"
     );
     assert!(matches!(
         guard.release().await,
