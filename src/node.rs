@@ -211,26 +211,26 @@ impl Node {
         extra: Option<u64>,
         timeout: Duration,
     ) -> Result<Value, NodeError> {
-        let mut args = Vec::with_capacity(held.keys.len() + 4);
+        // Built again (rarely) for the EVAL fallback rather than cloned on every EVALSHA: the
+        // extend script runs every renewal of every kept-alive lock.
+        let args = |first: &str| {
+            let mut args = Vec::with_capacity(held.keys.len() + 4);
+            args.push(Value::from(first));
+            args.push(Value::Integer(held.keys.len() as i64));
+            args.extend(held.keys.iter().map(|k| Value::from(k.as_str())));
+            args.push(Value::from(held.token.as_str()));
+            if let Some(x) = extra {
+                args.push(Value::Integer(x as i64));
+            }
+            args
+        };
         if script.always_eval {
-            args.push(Value::from(script.body));
-        } else {
-            args.push(Value::from(script.sha.as_str()));
+            return self.call("EVAL", 2, args(script.body), timeout).await;
         }
-        args.push(Value::Integer(held.keys.len() as i64));
-        args.extend(held.keys.iter().map(|k| Value::from(k.as_str())));
-        args.push(Value::from(held.token.as_str()));
-        if let Some(x) = extra {
-            args.push(Value::Integer(x as i64));
-        }
-        if script.always_eval {
-            return self.call("EVAL", 2, args, timeout).await;
-        }
-        match self.call("EVALSHA", 2, args.clone(), timeout).await {
+        match self.call("EVALSHA", 2, args(&script.sha), timeout).await {
             Err(e) if e.kind == NodeErrorKind::Server && e.message.contains("NOSCRIPT") => {
                 tracing::debug!(node = %self.name, "NOSCRIPT: resending the script with EVAL");
-                args[0] = Value::from(script.body);
-                self.call("EVAL", 2, args, timeout).await
+                self.call("EVAL", 2, args(script.body), timeout).await
             }
             other => other,
         }

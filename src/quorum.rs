@@ -34,16 +34,24 @@ pub(crate) enum Outcome {
 
 /// Decides from the votes so far (`Pending` = not answered yet).
 pub(crate) fn outcome(votes: &[Vote]) -> Outcome {
-    let n = votes.len();
-    let q = quorum(n);
-    let granted = votes.iter().filter(|v| matches!(v, Vote::Granted)).count();
-    let against = votes
-        .iter()
-        .filter(|v| matches!(v, Vote::Refused | Vote::Failed(_)))
-        .count();
+    tally(votes.len(), votes.iter())
+}
+
+/// The one quorum rule, over any view of the votes: `Reached` with `nodes / 2 + 1` grants,
+/// `Impossible` once more than `nodes - quorum` refused or failed.
+fn tally<'a>(nodes: usize, votes: impl Iterator<Item = &'a Vote>) -> Outcome {
+    let q = quorum(nodes);
+    let (mut granted, mut against) = (0, 0);
+    for v in votes {
+        match v {
+            Vote::Granted => granted += 1,
+            Vote::Refused | Vote::Failed(_) => against += 1,
+            Vote::Pending => {}
+        }
+    }
     if granted >= q {
         Outcome::Reached
-    } else if against > n - q {
+    } else if against > nodes - q {
         Outcome::Impossible
     } else {
         Outcome::Undecided
@@ -133,12 +141,6 @@ where
         .into_iter()
         .filter_map(|(i, slot)| slot.map(|call| async move { (i, call.await) }))
         .collect();
-    if decided(&answers) {
-        if !running.is_empty() && late == Late::Finish {
-            tokio::spawn(async move { while running.next().await.is_some() {} });
-        }
-        return answers;
-    }
     let timer = async {
         match until {
             Some(t) => tokio::time::sleep_until(t).await,
@@ -146,14 +148,12 @@ where
         }
     };
     tokio::pin!(timer);
-    while !running.is_empty() {
+    // The first polls may already have decided it (synchronous failures, fast replies).
+    while !running.is_empty() && !decided(&answers) {
         tokio::select! {
             biased;
             Some((i, answer)) = running.next() => {
                 answers[i] = Some(answer);
-                if decided(&answers) {
-                    break;
-                }
             }
             () = &mut timer => break,
         }
@@ -190,18 +190,8 @@ pub(crate) fn votes(answers: Vec<Option<Vote>>) -> crate::error::Votes {
 
 /// `decided` rule for quorum questions: stop once the outcome is known.
 pub(crate) fn quorum_known(answers: &[Option<Vote>]) -> bool {
-    // Called after every answer: count in place rather than build a Vec<Vote>.
-    let n = answers.len();
-    let q = quorum(n);
-    let granted = answers
-        .iter()
-        .filter(|a| matches!(a, Some(Vote::Granted)))
-        .count();
-    let against = answers
-        .iter()
-        .filter(|a| matches!(a, Some(Vote::Refused | Vote::Failed(_))))
-        .count();
-    granted >= q || against > n - q
+    // Called after every answer: counts in place, no Vec<Vote> built.
+    tally(answers.len(), answers.iter().flatten()) != Outcome::Undecided
 }
 
 #[cfg(test)]
