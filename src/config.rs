@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use fred::prelude::ClientLike;
 
-use crate::error::{Error, InvalidInput, Result};
+use crate::connection::{Identity, Servers};
+use crate::error::{Error, InvalidInput, NodeError, NodeErrorKind, Result};
 use crate::node::{Client, Node};
 use crate::quorum;
 use crate::redlock::{Inner, Redlock};
@@ -17,6 +18,8 @@ pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 pub const DEFAULT_KEY_PREFIX: &str = "fredlock:";
 /// Default time `build()` waits for a quorum of nodes to connect before returning anyway.
 pub const DEFAULT_CONNECT_WAIT: Duration = Duration::from_secs(2);
+/// The longest per-node timeout accepted: a node that takes longer is down for a lock's purposes.
+pub const MAX_NODE_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// How [`Redlock::acquire`] retries while the lock is held by someone else or nodes fail.
 ///
@@ -91,6 +94,7 @@ pub struct Builder {
     node_timeout: Option<Duration>,
     key_prefix: String,
     connect_wait: Duration,
+    require_quorum: bool,
 }
 
 impl fmt::Debug for Builder {
@@ -103,6 +107,7 @@ impl fmt::Debug for Builder {
             .field("node_timeout", &self.node_timeout)
             .field("key_prefix", &self.key_prefix)
             .field("connect_wait", &self.connect_wait)
+            .field("require_quorum", &self.require_quorum)
             .finish()
     }
 }
@@ -116,6 +121,7 @@ impl Default for Builder {
             node_timeout: None,
             key_prefix: DEFAULT_KEY_PREFIX.to_string(),
             connect_wait: DEFAULT_CONNECT_WAIT,
+            require_quorum: false,
         }
     }
 }
@@ -160,9 +166,10 @@ impl Builder {
         self
     }
 
-    /// Per-node command timeout. Default: derived from each call's TTL, 5% of it, clamped to
-    /// `[10 ms, 500 ms]` and at most half the TTL. A node that does not answer in time counts as
-    /// failed for that attempt (and is released, since its outcome is unknown).
+    /// Per-node command timeout, in `(0, 1 h]` (`build()` rejects others). Default: derived from
+    /// each call's TTL, 5% of it, clamped to `[10 ms, 500 ms]` and at most half the TTL. A node
+    /// that does not answer in time counts as failed for that attempt (and is released, since its
+    /// outcome is unknown). An acquire attempt never waits past its validity, whatever this is.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = Some(timeout);
         self
@@ -176,10 +183,20 @@ impl Builder {
     }
 
     /// How long `build()` waits for a quorum of nodes to connect (default 2 s). It returns as
-    /// soon as a quorum is connected, or when this runs out, whichever is first; nodes that
-    /// are down keep connecting in the background.
+    /// soon as a quorum is connected and identified (plus up to 100 ms for the others' first
+    /// attempts), or when this runs out, whichever is first; nodes that are down keep connecting
+    /// in the background. `Duration::MAX` waits without a limit; `Duration::ZERO` does not wait.
     pub fn connect_wait(mut self, wait: Duration) -> Self {
         self.connect_wait = wait;
+        self
+    }
+
+    /// Strict start (default off): `build()` fails with [`Error::Connect`], listing each node
+    /// that did not connect and why (`WRONGPASS ...`, `Connection refused`), when no quorum is
+    /// connected within [`connect_wait`](Self::connect_wait). Off, `build()` returns anyway and
+    /// acquires fail with [`Error::Unavailable`] until a quorum is reachable.
+    pub fn require_quorum(mut self, strict: bool) -> Self {
+        self.require_quorum = strict;
         self
     }
 
@@ -199,27 +216,31 @@ impl Builder {
         if !(self.drift_factor.is_finite() && (0.0..0.5).contains(&self.drift_factor)) {
             return Err(InvalidInput::DriftFactor(self.drift_factor).into());
         }
+        // -0.0 is in range; make it a plain zero.
+        let drift_factor = self.drift_factor.abs();
         self.retry.validate()?;
-        if self.node_timeout.is_some_and(|t| t.is_zero()) {
-            return Err(InvalidInput::ZeroNodeTimeout.into());
+        match self.node_timeout {
+            Some(t) if t.is_zero() => return Err(InvalidInput::ZeroNodeTimeout.into()),
+            Some(t) if t > MAX_NODE_TIMEOUT => {
+                return Err(InvalidInput::NodeTimeoutTooLarge(t).into())
+            }
+            _ => {}
         }
-        let mut nodes = Vec::with_capacity(self.nodes.len());
+        let servers = Arc::new(Servers::default());
+        let mut nodes: Vec<Node> = Vec::with_capacity(self.nodes.len());
         for (index, spec) in self.nodes.into_iter().enumerate() {
             let node = match spec {
-                NodeSpec::Url(url) => Node::from_url(index, &url)?,
+                NodeSpec::Url(url) => Node::from_url(index, &url, servers.clone())?,
                 NodeSpec::Client(client) => {
                     if client.client_reconnect_policy().is_none() {
                         return Err(InvalidInput::NoReconnectPolicy { index }.into());
                     }
-                    Node::from_client(client)
+                    Node::from_client(index, client, servers.clone())
                 }
             };
-            if let Some(first) = nodes.iter().position(|n: &Node| n.name == node.name) {
-                return Err(Error::InvalidInput(InvalidInput::DuplicateNode {
-                    first,
-                    second: index,
-                    node: node.name.clone(),
-                }));
+            // The same address is the same server, whatever the database index.
+            if let Some(first) = nodes.iter().position(|n| n.addr == node.addr) {
+                return Err(duplicate(first, &nodes[first], index, &node, String::new()));
             }
             nodes.push(node);
         }
@@ -227,12 +248,44 @@ impl Builder {
         for node in &nodes {
             node.connect();
         }
-        wait_for_quorum(&nodes, self.connect_wait).await;
+        let waited = wait_for_quorum(&nodes, self.connect_wait).await;
+        // Aliases (localhost / an IP / a DNS name) only show once connected: same run_id.
+        for (second, node) in nodes.iter().enumerate() {
+            if let Identity::Duplicate { of, run_id, .. } = &*node.state.identity.borrow() {
+                let how = format!(" (same run_id {run_id})");
+                return Err(duplicate(*of, &nodes[*of], second, node, how));
+            }
+        }
+        let q = quorum::quorum(nodes.len());
+        let down: Vec<NodeError> = nodes
+            .iter()
+            .filter(|n| n.state.counts().is_err())
+            .map(|n| {
+                n.state.cause().unwrap_or_else(|| NodeError {
+                    node: n.name.clone(),
+                    kind: NodeErrorKind::Connection,
+                    message: "still connecting".into(),
+                })
+            })
+            .collect();
+        for e in &down {
+            tracing::warn!(node = %e.node, kind = %e.kind, cause = %e.message, "fredlock: node not connected at build; it keeps connecting in the background");
+        }
+        let connected = nodes.len() - down.len();
+        if connected < q && self.require_quorum {
+            return Err(Error::Connect {
+                nodes: nodes.len(),
+                quorum: q,
+                connected,
+                waited,
+                failures: down,
+            });
+        }
         Ok(Redlock::from_inner(Inner {
-            quorum: quorum::quorum(nodes.len()),
+            quorum: q,
             nodes,
             retry: self.retry,
-            drift_factor: self.drift_factor,
+            drift_factor,
             node_timeout: self.node_timeout,
             key_prefix: self.key_prefix,
             background: Default::default(),
@@ -240,24 +293,45 @@ impl Builder {
     }
 }
 
-/// Waits until every node's first connection attempt finished, but once a quorum is connected
-/// gives the rest only [`CONNECT_GRACE`] more; never longer than `wait` in all.
-async fn wait_for_quorum(nodes: &[Arc<Node>], wait: Duration) {
+fn duplicate(first: usize, a: &Node, second: usize, b: &Node, how: String) -> Error {
+    Error::InvalidInput(InvalidInput::DuplicateNode {
+        first,
+        first_node: a.name.clone(),
+        second,
+        second_node: b.name.clone(),
+        how,
+    })
+}
+
+/// Waits until a quorum of nodes is connected and identified, then gives the others only
+/// [`CONNECT_GRACE`] more; never longer than `wait` in all (`Duration::MAX`: no limit).
+/// Returns how long it waited.
+async fn wait_for_quorum(nodes: &[Arc<Node>], wait: Duration) -> Duration {
     use futures::stream::{FuturesUnordered, StreamExt};
+    let started = tokio::time::Instant::now();
     let q = quorum::quorum(nodes.len());
-    let mut pending: FuturesUnordered<_> = nodes.iter().map(|n| n.first_attempt()).collect();
+    let mut pending: FuturesUnordered<_> = nodes.iter().map(|n| n.up()).collect();
     let mut connected = 0;
-    let give_up = tokio::time::Instant::now() + wait;
-    let mut until = give_up;
-    while let Ok(Some(ok)) = tokio::time::timeout_at(until, pending.next()).await {
-        connected += usize::from(ok);
+    // `None`: no limit.
+    let mut until = started.checked_add(wait);
+    loop {
+        let next = match until {
+            Some(t) => match tokio::time::timeout_at(t, pending.next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+            None => pending.next().await,
+        };
+        if next.is_none() {
+            break;
+        }
+        connected += 1;
         if connected >= q {
-            until = until.min(tokio::time::Instant::now() + CONNECT_GRACE);
+            let grace = tokio::time::Instant::now() + CONNECT_GRACE;
+            until = Some(until.map_or(grace, |u| u.min(grace)));
         }
     }
-    if connected < q {
-        tracing::warn!(connected, quorum = q, "fredlock: fewer than a quorum of nodes connected at build; they keep connecting in the background");
-    }
+    started.elapsed()
 }
 
 /// Once a quorum is connected, how much longer `build()` waits for the other nodes' first

@@ -11,8 +11,8 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::error::Result;
-use crate::keepalive::{KeepAliveOptions, LostReason};
+use crate::error::{Error, LostReason, Result};
+use crate::keepalive::KeepAliveOptions;
 use crate::redlock::Redlock;
 
 /// One term of leadership.
@@ -60,6 +60,7 @@ impl Role {
 #[derive(Debug)]
 pub struct Election {
     role: watch::Receiver<Role>,
+    failure: watch::Receiver<Option<Error>>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -87,8 +88,9 @@ impl Redlock {
         }
         crate::quorum::ttl_millis(ttl)?;
         crate::quorum::validity(ttl, self.inner.drift_factor)?;
-        keep_alive.validate()?;
+        keep_alive.validate(self.inner.drift_factor)?;
         let (role_tx, role_rx) = watch::channel(Role::Follower);
+        let (failure_tx, failure_rx) = watch::channel(None);
         let (stop_tx, stop_rx) = oneshot::channel();
         let task = tokio::spawn(campaign(
             self.clone(),
@@ -96,10 +98,12 @@ impl Redlock {
             ttl,
             keep_alive,
             role_tx,
+            failure_tx,
             stop_rx,
         ));
         Ok(Election {
             role: role_rx,
+            failure: failure_rx,
             stop: Some(stop_tx),
             task: Some(task),
         })
@@ -110,6 +114,20 @@ impl Election {
     /// A receiver of every role change (and every extension of a term's validity).
     pub fn watch(&self) -> watch::Receiver<Role> {
         self.role.clone()
+    }
+
+    /// Why the campaign is failing, when it fails for a reason other than contention (every
+    /// node down, a wrong password, a duplicate server): the latest such error, or `None` once an
+    /// attempt reaches a quorum again (won or contended). The campaign keeps trying either way;
+    /// the first failure of a run is also logged at WARN.
+    pub fn campaign_failure(&self) -> Option<Error> {
+        self.failure.borrow().clone()
+    }
+
+    /// A receiver of every change of [`campaign_failure`](Self::campaign_failure), to alert on
+    /// (for example, a health endpoint that reports the election as degraded).
+    pub fn watch_failures(&self) -> watch::Receiver<Option<Error>> {
+        self.failure.clone()
     }
 
     /// The current role.
@@ -201,6 +219,7 @@ async fn campaign(
     ttl: Duration,
     keep_alive: KeepAliveOptions,
     role: watch::Sender<Role>,
+    failure: watch::Sender<Option<Error>>,
     mut stop: oneshot::Receiver<()>,
 ) {
     let retry = redlock.inner.retry;
@@ -214,9 +233,22 @@ async fn campaign(
                 r = redlock.try_acquire(resource.as_str(), ttl) => r,
             };
             match attempt {
-                Ok(Some(lock)) => break lock,
-                Ok(None) => {}
-                Err(e) => tracing::debug!(parent: &span, error = %e, "campaign attempt failed"),
+                Ok(found) => {
+                    if failure.send_if_modified(|f| f.take().is_some()) {
+                        tracing::info!(parent: &span, "campaign reaches a quorum of nodes again");
+                    }
+                    if let Some(lock) = found {
+                        break lock;
+                    }
+                }
+                Err(e) => {
+                    if failure.borrow().is_none() {
+                        tracing::warn!(parent: &span, error = %e, "fredlock: election campaign failing (not contention); retrying");
+                    } else {
+                        tracing::debug!(parent: &span, error = %e, "campaign attempt failed");
+                    }
+                    failure.send_replace(Some(e));
+                }
             }
             let pause = retry.delay + crate::redlock::random_up_to(retry.jitter);
             tokio::select! {

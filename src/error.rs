@@ -34,15 +34,36 @@ pub enum NodeErrorKind {
     Server,
     /// The server answered with something of the wrong shape for the command sent.
     UnexpectedReply,
-    /// Authentication failed (`NOAUTH`, `WRONGPASS`).
+    /// Authentication failed (`NOAUTH`, `WRONGPASS`, an unknown ACL user). Check the user name
+    /// and password in the node's URL.
     Auth,
+    /// The TLS handshake failed (certificate not trusted, wrong host name, server without TLS).
+    Tls,
     /// The client refused the command (queue full, client shutting down, ...).
     Client,
+    /// This entry reaches the same server as an earlier one (same `run_id`), so it is not counted:
+    /// one server must never vote twice.
+    Duplicate,
 }
 
 impl fmt::Display for NodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {:?}: {}", self.node, self.kind, self.message)
+        write!(f, "{}: {}: {}", self.node, self.kind, self.message)
+    }
+}
+
+impl fmt::Display for NodeErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NodeErrorKind::Timeout => "timeout",
+            NodeErrorKind::Connection => "connection",
+            NodeErrorKind::Server => "server error",
+            NodeErrorKind::UnexpectedReply => "unexpected reply",
+            NodeErrorKind::Auth => "authentication",
+            NodeErrorKind::Tls => "TLS",
+            NodeErrorKind::Client => "client",
+            NodeErrorKind::Duplicate => "duplicate server",
+        })
     }
 }
 
@@ -90,6 +111,8 @@ impl Votes {
 }
 
 impl fmt::Display for Votes {
+    /// `2 granted, 0 refused, 1 failed, 0 pending`, then each failed node and its cause:
+    /// `; 127.0.0.1:7003/0: connection: Connection refused (os error 111)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -98,7 +121,27 @@ impl fmt::Display for Votes {
             self.refused(),
             self.failed(),
             self.0.iter().filter(|v| matches!(v, Vote::Pending)).count()
-        )
+        )?;
+        for e in self.failures() {
+            write!(f, "; {e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The resource names an error is about, joined for messages: `orders:42` or `a, b`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Names(pub Vec<String>);
+
+impl fmt::Display for Names {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.join(", "))
+    }
+}
+
+impl From<&[String]> for Names {
+    fn from(names: &[String]) -> Self {
+        Names(names.to_vec())
     }
 }
 
@@ -109,22 +152,30 @@ pub enum InvalidInput {
     /// `build()` was called without any node.
     #[error("no nodes configured")]
     NoNodes,
-    /// Two entries point at the same server and database; they would fake a majority.
-    #[error("nodes {first} and {second} are the same server ({node}); they would fake a majority")]
+    /// Two entries reach the same server: the same address (whatever the database index, which
+    /// never makes a node independent), or, once connected, the same `run_id`. They would fake a
+    /// majority.
+    #[error("nodes {first} ({first_node}) and {second} ({second_node}) are the same server{how}; one server must not vote twice: list each independent server once")]
     DuplicateNode {
         /// Index of the first entry.
         first: usize,
+        /// The first entry, as `host:port/db` (no credentials).
+        first_node: String,
         /// Index of the repeated entry.
         second: usize,
-        /// The node, as `host:port/db`.
-        node: String,
+        /// The repeated entry, as `host:port/db` (no credentials).
+        second_node: String,
+        /// How it was found: empty for the same address, ` (same run_id ...)` once connected.
+        how: String,
     },
-    /// A node URL could not be parsed. The URL itself is not repeated (it may hold a password).
-    #[error("node {index}: invalid URL: {reason}")]
+    /// A node URL was rejected. The message never repeats the password.
+    #[error("node {index}: invalid URL {url}: {reason}")]
     InvalidUrl {
         /// Index of the entry.
         index: usize,
-        /// Why it was rejected.
+        /// The URL with any password replaced by `***`.
+        url: String,
+        /// Why it was rejected, and what to do.
         reason: String,
     },
     /// A client passed to `clients()` has no reconnect policy: after one dropped connection every
@@ -169,26 +220,39 @@ pub enum InvalidInput {
     /// A per-node timeout of zero.
     #[error("node timeout must be greater than zero")]
     ZeroNodeTimeout,
+    /// A per-node timeout longer than [`crate::config::MAX_NODE_TIMEOUT`]: a node that takes
+    /// that long is down, and a lock cannot wait for it.
+    #[error("node timeout {0:?} is too large (at most 1 hour)")]
+    NodeTimeoutTooLarge(std::time::Duration),
     /// A keep-alive setting that cannot work (for example an extension interval of zero).
     #[error("invalid keep-alive setting: {0}")]
     KeepAlive(&'static str),
 }
 
 /// Everything that can go wrong, split by what the caller should do about it.
-#[derive(Debug, thiserror::Error)]
+///
+/// Every error about a lock names its resources, and every per-node failure names the node and
+/// carries the server's or the operating system's own words (`WRONGPASS ...`, `Connection
+/// refused`), never a password.
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// Another holder kept (enough of) the keys through every attempt. Retry later, or give up.
-    #[error("held by someone else after {attempts} attempt(s) ({votes})")]
+    #[error("lock {resources}: held by someone else after {attempts} attempt(s) ({votes})")]
     Contended {
+        /// The resources asked for.
+        resources: Names,
         /// Attempts made (each attempt counts, 1 = a single try).
         attempts: u32,
         /// Per-node votes of the last attempt.
         votes: Votes,
     },
-    /// Too few nodes answered to ever form a quorum. The fleet, or the path to it, is unhealthy.
-    #[error("not enough nodes reachable: {reachable} of {nodes} answered, {quorum} needed, after {attempts} attempt(s) ({votes})")]
+    /// Too few nodes answered to ever form a quorum. The fleet, or the path to it, is unhealthy:
+    /// the message lists each failed node and its cause.
+    #[error("lock {resources}: not enough nodes reachable: {reachable} of {nodes} answered, {quorum} needed, after {attempts} attempt(s) ({votes})")]
     Unavailable {
+        /// The resources asked for.
+        resources: Names,
         /// Attempts made.
         attempts: u32,
         /// Configured nodes.
@@ -202,8 +266,10 @@ pub enum Error {
     },
     /// A quorum granted, but the time it took left no validity (the TTL is too short for the
     /// network). Everything was released again.
-    #[error("validity used up during acquisition: {elapsed:?} elapsed of a {ttl:?} TTL, after {attempts} attempt(s)")]
+    #[error("lock {resources}: validity used up during acquisition: {elapsed:?} elapsed of a {ttl:?} TTL, after {attempts} attempt(s); raise the TTL")]
     ValidityExpired {
+        /// The resources asked for.
+        resources: Names,
         /// Attempts made.
         attempts: u32,
         /// Time the last attempt took.
@@ -212,25 +278,77 @@ pub enum Error {
         ttl: Duration,
     },
     /// The lock is no longer held: it expired or was taken over before this extend or release.
-    #[error("lock no longer held: {reason}")]
+    #[error("lock {resources}: no longer held: {reason} ({votes})")]
     NotHeld {
+        /// The resources of the lock.
+        resources: Names,
         /// Why fredlock concluded this.
         reason: NotHeldReason,
         /// Per-node votes of the extend or release.
         votes: Votes,
     },
     /// A kept-alive lock was lost while work ran under it (see [`crate::Redlock::with_lock`]).
-    #[error("lock lost: {reason}")]
+    #[error("lock {resources}: lost: {reason}")]
     Lost {
+        /// The resources of the lock.
+        resources: Names,
         /// Why.
-        reason: crate::keepalive::LostReason,
+        reason: LostReason,
+    },
+    /// `build()` in strict mode ([`crate::Builder::require_quorum`]): fewer than a quorum of
+    /// nodes connected within `connect_wait`. Lists each node that did not connect, with its
+    /// cause.
+    #[error("{connected} of {nodes} nodes connected within {waited:?}, {quorum} needed: {}", join(.failures))]
+    Connect {
+        /// Configured nodes.
+        nodes: usize,
+        /// The quorum.
+        quorum: usize,
+        /// Nodes connected when `build()` gave up.
+        connected: usize,
+        /// How long `build()` waited.
+        waited: Duration,
+        /// Each node that did not connect, with its latest cause.
+        failures: Vec<NodeError>,
     },
     /// The input or configuration was rejected before anything was sent.
     #[error("invalid input: {0}")]
     InvalidInput(#[from] InvalidInput),
-    /// The underlying Redis client failed outside any per-node vote (for example while building).
-    #[error("redis: {0}")]
-    Redis(NodeError),
+}
+
+fn join(failures: &[NodeError]) -> String {
+    let v: Vec<String> = failures.iter().map(ToString::to_string).collect();
+    v.join("; ")
+}
+
+/// Why a kept-alive lock stopped being held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// A quorum of nodes no longer holds our token (it expired there, or someone took it over).
+    TokenGone,
+    /// The deadline passed without a successful extension (too few nodes reachable in time).
+    Expired,
+    /// The budget (maximum hold time or number of extensions) ran out, so the lock was left to
+    /// expire at its last deadline.
+    BudgetExhausted,
+    /// The lock was released (or the guard dropped) on purpose; not a failure.
+    Released,
+    /// The keep-alive task stopped without handing the lock back (it panicked, or the tokio
+    /// runtime shut down): the lock is released or left to expire, and counts as lost.
+    TaskEnded,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::TokenGone => "a quorum no longer holds the token",
+            LostReason::Expired => "the deadline passed without a successful extension",
+            LostReason::BudgetExhausted => "the keep-alive budget ran out",
+            LostReason::Released => "released",
+            LostReason::TaskEnded => "the keep-alive task ended (panic or runtime shutdown)",
+        })
+    }
 }
 
 /// Why a lock is considered lost.

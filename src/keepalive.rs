@@ -4,8 +4,15 @@
 //!
 //! The state every party sees is one `watch` value ([`Status`]) that only moves forward: once a
 //! lock is marked lost it stays lost, and a new deadline is published only if it was obtained
-//! before the old one passed. The extension task and every `lost()` waiter race to mark the lock
-//! lost at the deadline; whoever comes first wins, and both agree on the outcome.
+//! before the old one passed and lies after it. The extension task and every `lost()` waiter race
+//! to mark the lock lost at the deadline; whoever comes first wins, and both agree on the outcome.
+//!
+//! The task owns the [`Lock`] inside a [`Holder`] whose `Drop` publishes "lost" BEFORE the lock
+//! (and so its keys) goes: whatever way the task ends (a panic, the runtime shutting down, an
+//! early return), no handle can still say "held" once the keys may be released.
+//!
+//! Owns: the extension schedule and budget, the lost signal, `with_lock`.
+//! Must not: talk to nodes except through [`Lock::extend`]'s round.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -17,35 +24,9 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::error::{Error, InvalidInput, NotHeldReason, Result};
+use crate::error::{Error, InvalidInput, LostReason, Names, NotHeldReason, Result};
 use crate::lock::{Lock, ReleaseReport};
 use crate::redlock::{Redlock, Resources};
-
-/// Why a kept-alive lock stopped being held.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LostReason {
-    /// A quorum of nodes no longer holds our token (it expired there, or someone took it over).
-    TokenGone,
-    /// The deadline passed without a successful extension (too few nodes reachable in time).
-    Expired,
-    /// The budget (maximum hold time or number of extensions) ran out, so the lock was left to
-    /// expire at its last deadline.
-    BudgetExhausted,
-    /// The lock was released (or the guard dropped) on purpose; not a failure.
-    Released,
-}
-
-impl std::fmt::Display for LostReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            LostReason::TokenGone => "a quorum no longer holds the token",
-            LostReason::Expired => "the deadline passed without a successful extension",
-            LostReason::BudgetExhausted => "the keep-alive budget ran out",
-            LostReason::Released => "released",
-        })
-    }
-}
 
 /// How a [`KeepAlive`] extends its lock. Build with [`KeepAliveOptions::default()`] and the
 /// setters; every value is validated when the guard starts.
@@ -74,50 +55,71 @@ impl Default for KeepAliveOptions {
 
 impl KeepAliveOptions {
     /// Extend when this fraction of the TTL is left before the deadline, in `(0, 1)`
-    /// (default 1/3).
+    /// (default 1/3). Whatever the fraction, two extensions start at least `ttl / 10` apart, so
+    /// no value can turn the keep-alive into a storm of rounds.
     pub fn renew_when_left(mut self, fraction: f64) -> Self {
         self.renew_when_left = fraction;
         self
     }
-    /// TTL of each extension (default: the TTL the lock was acquired with).
+    /// TTL of each extension (default: the TTL the lock was acquired with). Validated exactly
+    /// like an acquire's TTL: not zero, not too large for Redis, longer than the drift allowance.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
     }
-    /// Never hold the lock longer than this, counted from the acquire's start: the last extension
-    /// is shortened to end there, then the lock is lost with [`LostReason::BudgetExhausted`].
+    /// Never hold the lock past `acquired_at + max` (the acquire's start plus this budget). The
+    /// published deadline never passes that instant: extensions near the end are shortened to
+    /// fit, none is sent that would not move the deadline forward by at least `ttl / 20`, and
+    /// when no more fits the lock is lost with [`LostReason::BudgetExhausted`] at its last
+    /// deadline. A budget shorter than the acquire's own validity caps that first deadline too.
+    /// `Duration::MAX` means no limit. Release (or drop) the guard to free the keys at once.
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.max_hold = Some(max);
         self
     }
     /// Extend at most this many times, then let the lock expire
-    /// ([`LostReason::BudgetExhausted`]).
+    /// ([`LostReason::BudgetExhausted`]). `0` keeps the lost signal but never extends.
     pub fn max_extensions(mut self, max: u32) -> Self {
         self.max_extensions = Some(max);
         self
     }
     /// Pause between extension rounds that failed transiently (a node down, a timeout), while
-    /// validity is left.
+    /// validity is left (default `ttl / 30`, clamped to 5-500 ms). Never less than
+    /// `max(ttl / 100, 1 ms)`, whatever is given; `Duration::MAX` means one try per round.
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = Some(delay);
         self
     }
 
-    pub(crate) fn validate(&self) -> Result<(), InvalidInput> {
+    /// Checks every value; `drift_factor` is the Redlock's, for the TTL check.
+    pub(crate) fn validate(&self, drift_factor: f64) -> Result<(), InvalidInput> {
         if !(self.renew_when_left > 0.0 && self.renew_when_left < 1.0) {
             return Err(InvalidInput::KeepAlive("renew_when_left must be in (0, 1)"));
         }
-        if self.ttl.is_some_and(|t| t.is_zero()) {
-            return Err(InvalidInput::ZeroTtl);
+        if let Some(ttl) = self.ttl {
+            crate::quorum::ttl_millis(ttl)?;
+            crate::quorum::validity(ttl, drift_factor)?;
         }
         if self.retry_delay.is_some_and(|d| d.is_zero()) {
             return Err(InvalidInput::KeepAlive(
                 "retry_delay must be greater than zero",
             ));
         }
+        if self.max_hold.is_some_and(|d| d.is_zero()) {
+            return Err(InvalidInput::KeepAlive(
+                "max_hold must be greater than zero",
+            ));
+        }
         Ok(())
     }
 }
+
+/// Two extension rounds start at least this far apart (a fraction of the TTL).
+const MIN_RENEW_GAP_DIVISOR: u32 = 10;
+/// A retry after a failed round waits at least `ttl / this`, and at least [`MIN_RETRY_PAUSE`].
+const MIN_RETRY_DIVISOR: u32 = 100;
+/// The smallest pause between two rounds.
+const MIN_RETRY_PAUSE: Duration = Duration::from_millis(1);
 
 /// What every observer of a kept-alive lock sees.
 #[derive(Debug, Clone, Copy)]
@@ -206,6 +208,42 @@ impl LockHandle {
         }
     }
 
+    /// Resolves at the next change of this lock: `Ok(new deadline)` after an extension,
+    /// `Err(reason)` once it is lost (at once if it already is, and at the latest at the
+    /// deadline, as [`lost`](Self::lost)). Changes that happen between two calls are not
+    /// replayed: read [`deadline`](Self::deadline) for the current value.
+    ///
+    /// Cancellation: safe at any point; it only observes.
+    pub async fn changed(&self) -> std::result::Result<Instant, LostReason> {
+        let mut rx = self.tx.subscribe();
+        loop {
+            let (deadline, lost) = {
+                let s = rx.borrow_and_update();
+                (s.deadline, s.lost)
+            };
+            if let Some(reason) = lost {
+                return Err(reason);
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(fire_at(deadline)) => {
+                    if let Some(reason) = expire(&self.tx) {
+                        return Err(reason);
+                    }
+                }
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        return Err(LostReason::TaskEnded);
+                    }
+                    let s = *rx.borrow_and_update();
+                    return match s.lost {
+                        Some(reason) => Err(reason),
+                        None => Ok(s.deadline),
+                    };
+                }
+            }
+        }
+    }
+
     /// Whether the lock is lost (or released) right now, counting a passed deadline as lost.
     pub fn is_lost(&self) -> bool {
         let s = *self.tx.borrow();
@@ -288,7 +326,7 @@ impl Lock {
         self,
         options: KeepAliveOptions,
     ) -> std::result::Result<KeepAlive, Box<Rejected>> {
-        match options.validate() {
+        match options.validate(self.redlock().inner.drift_factor) {
             Ok(()) => Ok(self.start_keep_alive(options)),
             Err(e) => Err(Box::new(Rejected {
                 error: e.into(),
@@ -298,10 +336,13 @@ impl Lock {
     }
 
     fn start_keep_alive(self, options: KeepAliveOptions) -> KeepAlive {
+        // A budget shorter than the acquire's validity caps the very first deadline.
+        let hold_end = hold_end(&self, &options);
+        let capped = hold_end.is_some_and(|end| end < self.deadline());
         let status = Status {
-            deadline: self.deadline(),
+            deadline: hold_end.map_or(self.deadline(), |end| end.min(self.deadline())),
             lost: None,
-            final_deadline: false,
+            final_deadline: capped || options.max_extensions == Some(0),
             extensions: 0,
         };
         let tx: Shared = Arc::new(watch::Sender::new(status));
@@ -311,12 +352,58 @@ impl Lock {
             resources: Arc::from(self.resources()),
         };
         let (stop_tx, stop_rx) = oneshot::channel();
-        let task = tokio::spawn(extend_loop(self, tx, options, stop_rx));
+        let holder = Holder {
+            lock: Some(self),
+            tx,
+        };
+        let task = tokio::spawn(extend_loop(holder, options, hold_end, stop_rx));
         KeepAlive {
             handle,
             stop: Some(stop_tx),
             task: Some(task),
         }
+    }
+}
+
+/// `acquired_at + max_hold`, or `None` for no limit (no budget, or one too large for the clock).
+fn hold_end(lock: &Lock, options: &KeepAliveOptions) -> Option<Instant> {
+    options
+        .max_hold
+        .and_then(|h| lock.acquired_at().checked_add(h))
+}
+
+/// The extension task's lock. Whatever way the task ends without handing the lock back (a
+/// panic, the runtime shutting down, a return that forgot to), dropping this publishes "lost"
+/// FIRST, and only then drops the lock, which releases its keys in the background.
+struct Holder {
+    lock: Option<Lock>,
+    tx: Shared,
+}
+
+impl Holder {
+    fn lock(&mut self) -> &mut Lock {
+        // ok: `lock` is `None` only after `hand_back`, which consumes the holder.
+        self.lock
+            .as_mut()
+            .expect("the lock is present until handed back")
+    }
+
+    /// Ends the task normally: the lock goes back to whoever awaits the task.
+    fn hand_back(mut self) -> Lock {
+        // ok: see `lock`.
+        self.lock
+            .take()
+            .expect("the lock is present until handed back")
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        if self.lock.is_some() {
+            mark_lost(&self.tx, LostReason::TaskEnded);
+            tracing::warn!("fredlock: keep-alive task ended without handing its lock back (panic or runtime shutdown); the lock counts as lost and is released");
+        }
+        // `self.lock` is dropped after this: its keys are released in the background.
     }
 }
 
@@ -375,6 +462,7 @@ impl KeepAlive {
         match lock {
             Some(lock) => lock.release().await,
             None => Err(Error::NotHeld {
+                resources: Names(self.handle.resources().to_vec()),
                 reason: match lost_before {
                     Some(LostReason::TokenGone) => NotHeldReason::TokenGone,
                     _ => NotHeldReason::Expired,
@@ -405,71 +493,102 @@ impl Drop for KeepAlive {
     }
 }
 
-/// The extension task. Owns the lock and hands it back when stopped or lost.
+/// The extension task. Owns the lock (in a [`Holder`]) and hands it back when stopped or lost.
+///
+/// One cycle: sleep until `renew_when_left` of the TTL is left (and at least `ttl / 10` after the
+/// previous round started); size this round's TTL within the budget, afresh on every retry; send
+/// it only if it moves the deadline forward by at least `ttl / 20`; publish the new deadline only
+/// if it is later than the published one and obtained before that one passed.
 async fn extend_loop(
-    mut lock: Lock,
-    tx: Shared,
+    mut holder: Holder,
     options: KeepAliveOptions,
+    hold_end: Option<Instant>,
     mut stop: oneshot::Receiver<()>,
 ) -> Lock {
-    let ttl = options.ttl.unwrap_or(lock.ttl());
+    let tx = holder.tx.clone();
+    let ttl = options.ttl.unwrap_or(holder.lock().ttl());
+    let drift_factor = holder.lock().redlock().inner.drift_factor;
+    let gap = (ttl / MIN_RENEW_GAP_DIVISOR).max(MIN_RETRY_PAUSE);
     let retry_delay = options
         .retry_delay
-        .unwrap_or_else(|| (ttl / 30).clamp(Duration::from_millis(5), Duration::from_millis(500)));
-    let hold_end = options.max_hold.map(|h| lock.acquired_at() + h);
-    let span = tracing::debug_span!("fredlock.keep_alive", resources = ?lock.resources());
+        .unwrap_or_else(|| (ttl / 30).clamp(Duration::from_millis(5), Duration::from_millis(500)))
+        .max((ttl / MIN_RETRY_DIVISOR).max(MIN_RETRY_PAUSE));
+    let span = tracing::debug_span!("fredlock.keep_alive", resources = ?holder.lock().resources());
+    let mut last_round = holder.lock().acquired_at();
     loop {
-        let deadline = lock.deadline();
-        let renew_at = deadline
-            .checked_sub(ttl.mul_f64(options.renew_when_left))
-            .unwrap_or(deadline);
-        tokio::select! {
-            biased;
-            _ = &mut stop => return lock,
-            () = tokio::time::sleep_until(renew_at) => {}
-        }
-
-        // Budget: how long may the next extension be?
-        let mut this_ttl = ttl;
-        let spent_extensions = options
+        let (deadline, final_deadline) = {
+            let s = tx.borrow();
+            (s.deadline, s.final_deadline)
+        };
+        let spent = options
             .max_extensions
             .is_some_and(|m| tx.borrow().extensions >= m);
-        let hold_left = hold_end.map(|end| end.saturating_duration_since(Instant::now()));
-        if let Some(left) = hold_left {
-            this_ttl = this_ttl.min(left);
-        }
-        let too_short =
-            crate::quorum::validity(this_ttl, lock.redlock().inner.drift_factor).is_err();
-        if spent_extensions || too_short || hold_left.is_some_and(|l| l.is_zero()) {
-            tx.send_modify(|s| s.final_deadline = true);
+        if final_deadline || spent {
+            tx.send_if_modified(|s| !std::mem::replace(&mut s.final_deadline, true));
             tracing::debug!(parent: &span, "keep-alive budget spent; the lock expires at its deadline");
             tokio::select! {
                 biased;
-                _ = &mut stop => return lock,
+                _ = &mut stop => return holder.hand_back(),
                 () = tokio::time::sleep_until(fire_at(deadline)) => {}
             }
             expire(&tx);
-            return lock;
+            return holder.hand_back();
+        }
+        let renew_at = deadline
+            .checked_sub(ttl.mul_f64(options.renew_when_left))
+            .unwrap_or(deadline)
+            .max(last_round.checked_add(gap).unwrap_or(deadline));
+        tokio::select! {
+            biased;
+            _ = &mut stop => return holder.hand_back(),
+            () = tokio::time::sleep_until(renew_at) => {}
         }
 
         // Extend, retrying transient failures while validity is left.
         loop {
+            let now = Instant::now();
+            last_round = now;
+            // This round's TTL: the full one, or what is left of the budget, measured now.
+            let this_ttl = match hold_end {
+                Some(end) => ttl.min(end.saturating_duration_since(now)),
+                None => ttl,
+            };
+            let useful = crate::quorum::validity(this_ttl, drift_factor)
+                .ok()
+                .and_then(|v| now.checked_add(v))
+                // Half the pacing gap: a round paced `gap` after the previous one always gains
+                // more than this, so only the budget's end can make a round useless.
+                .is_some_and(|projected| {
+                    deadline
+                        .checked_add(gap / 2)
+                        .is_some_and(|n| projected >= n)
+                });
+            if !useful {
+                // No extension within the budget would move the deadline forward: the last
+                // deadline stands (an extension now could only shorten the keys).
+                tx.send_modify(|s| s.final_deadline = true);
+                break;
+            }
             let result = tokio::select! {
                 biased;
-                _ = &mut stop => return lock,
-                r = lock.extend_inner(this_ttl, true) => r,
+                _ = &mut stop => return holder.hand_back(),
+                r = holder.lock().extend_inner(this_ttl, true) => r,
             };
             match result {
                 Ok(()) => {
-                    let new_deadline = lock.deadline();
+                    let obtained = holder.lock().deadline();
+                    let new_deadline = hold_end.map_or(obtained, |end| obtained.min(end));
                     let published = tx.send_if_modified(|s| {
-                        if s.lost.is_some() || Instant::now() >= fire_at(s.deadline) {
+                        if s.lost.is_some()
+                            || Instant::now() >= fire_at(s.deadline)
+                            || new_deadline <= s.deadline
+                        {
                             return false;
                         }
                         s.deadline = new_deadline;
-                        s.extensions += 1;
+                        s.extensions = s.extensions.saturating_add(1);
                         if this_ttl < ttl {
-                            // Shortened to end at max_hold: this is the last one.
+                            // Shortened to fit the budget: this is the last one.
                             s.final_deadline = true;
                         }
                         true
@@ -477,7 +596,9 @@ async fn extend_loop(
                     if !published {
                         // Someone saw the old deadline pass first: the lock counts as lost.
                         expire(&tx);
-                        return lock;
+                        if tx.borrow().lost.is_some() {
+                            return holder.hand_back();
+                        }
                     }
                     break;
                 }
@@ -487,30 +608,31 @@ async fn extend_loop(
                 }) => {
                     tracing::warn!(parent: &span, "fredlock: lock lost: a quorum no longer holds the token");
                     mark_lost(&tx, LostReason::TokenGone);
-                    return lock;
+                    return holder.hand_back();
                 }
                 Err(Error::NotHeld { .. }) => {
                     expire(&tx);
                     mark_lost(&tx, LostReason::Expired);
                     tracing::warn!(parent: &span, "fredlock: lock lost: deadline passed before an extension succeeded");
-                    return lock;
+                    return holder.hand_back();
                 }
                 Err(e) => {
                     tracing::debug!(parent: &span, error = %e, "extension round failed; retrying within validity");
-                    let next = Instant::now() + retry_delay;
-                    if next >= fire_at(lock.deadline()) {
+                    let give_up = fire_at(tx.borrow().deadline);
+                    let next = Instant::now().checked_add(retry_delay).unwrap_or(give_up);
+                    if next >= give_up {
                         tokio::select! {
                             biased;
-                            _ = &mut stop => return lock,
-                            () = tokio::time::sleep_until(fire_at(lock.deadline())) => {}
+                            _ = &mut stop => return holder.hand_back(),
+                            () = tokio::time::sleep_until(give_up) => {}
                         }
                         expire(&tx);
                         tracing::warn!(parent: &span, "fredlock: lock lost: no extension succeeded before the deadline");
-                        return lock;
+                        return holder.hand_back();
                     }
                     tokio::select! {
                         biased;
-                        _ = &mut stop => return lock,
+                        _ = &mut stop => return holder.hand_back(),
                         () = tokio::time::sleep_until(next) => {}
                     }
                 }
@@ -554,8 +676,9 @@ impl Redlock {
     /// are not undone; a resource that must reject late writes needs a fencing token.
     ///
     /// Release: after `f` returns, the lock is released and awaited; if `f` panics, the lock is
-    /// released, then the panic resumes; if this future is dropped, `f` is dropped and the lock
-    /// released in the background. A failed final release is logged, not returned: the work
+    /// released, then the panic resumes; if the lock is lost, [`Error::Lost`] is returned at once
+    /// and the release runs in the background; if this future is dropped, `f` is dropped and the
+    /// lock released in the background. A failed final release is logged, not returned: the work
     /// completed while the lock was valid.
     pub async fn with_lock<F, Fut, T>(
         &self,
@@ -584,7 +707,7 @@ impl Redlock {
         F: FnOnce(LockHandle) -> Fut,
         Fut: Future<Output = T>,
     {
-        options.keep_alive.validate()?;
+        options.keep_alive.validate(self.inner.drift_factor)?;
         let lock = match options.wait {
             Some(wait) => self.acquire_with(resources, ttl, wait).await?,
             None => self.acquire(resources, ttl).await?,
@@ -608,10 +731,11 @@ impl Redlock {
         };
         match outcome {
             Err(reason) => {
-                if let Err(e) = guard.release().await {
-                    tracing::debug!(error = %e, "fredlock: release after losing the lock");
-                }
-                Err(Error::Lost { reason })
+                // The error is due now (the deadline is here): the release runs in the
+                // background, as the guard drops.
+                let resources = Names(guard.resources().to_vec());
+                drop(guard);
+                Err(Error::Lost { resources, reason })
             }
             Ok(out) => {
                 if let Err(e) = guard.release().await {

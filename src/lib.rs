@@ -50,7 +50,9 @@
 #![deny(unsafe_code)]
 
 pub mod config;
+mod connection;
 mod election;
+mod endpoint;
 pub mod error;
 mod keepalive;
 mod lock;
@@ -65,11 +67,10 @@ pub mod testkit;
 pub use config::{Builder, Retry};
 pub use election::{Election, Role, Term};
 pub use error::{
-    Error, InvalidInput, NodeError, NodeErrorKind, NotHeldReason, Result, Vote, Votes,
+    Error, InvalidInput, LostReason, Names, NodeError, NodeErrorKind, NotHeldReason, Result, Vote,
+    Votes,
 };
-pub use keepalive::{
-    KeepAlive, KeepAliveOptions, LockHandle, LostReason, OnLost, Rejected, WithLock,
-};
+pub use keepalive::{KeepAlive, KeepAliveOptions, LockHandle, OnLost, Rejected, WithLock};
 pub use lock::{Lock, ReleaseReport};
 pub use redlock::{Holder, Inspection, NodeView, Redlock, Resources};
 

@@ -169,7 +169,7 @@ impl Lock {
         );
         match quorum::outcome(&votes.0) {
             Outcome::Reached => Ok(report),
-            _ => Err(inner.round_failure(votes)),
+            _ => Err(inner.round_failure(&self.resources, votes)),
         }
     }
 }

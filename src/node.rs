@@ -2,7 +2,7 @@
 //! enforces, and the decoding of every reply into a [`Vote`] or a typed [`NodeError`].
 //!
 //! This is the only file that knows how fred is configured and what Redis answers look like.
-//! The traps it avoids (see `shared/notes/fred-10.md`):
+//! The fred 10 traps it avoids, each of which was seen to break a lock:
 //! - `with_options(..).evalsha(..)` ignores the options, so every command goes through
 //!   `with_options(..).custom(..)`, which honours them;
 //! - a reconnect policy is always set (without one a dropped connection hangs the client forever);
@@ -16,11 +16,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::{
-    ClientLike, ClientState, Config, ErrorKind, Expiration, KeysInterface, Options,
-    ReconnectPolicy, ServerConfig, SetOptions, Value,
+    ClientLike, Config, Expiration, KeysInterface, Options, ReconnectPolicy, ServerConfig,
+    SetOptions, Value,
 };
 use fred::types::{ClusterHash, CustomCommand};
 
+use crate::connection::{self, Link, Servers, State};
 use crate::error::{InvalidInput, NodeError, NodeErrorKind, Vote};
 use crate::scripts::Script;
 
@@ -31,23 +32,13 @@ pub(crate) struct Node {
     client: Client,
     /// `host:port/db`, safe to log.
     pub(crate) name: String,
+    /// The server's address without the database index (`host:port`, or the sorted hosts of a
+    /// cluster or sentinel group): two entries with the same address are one server.
+    pub(crate) addr: String,
     /// Whether fredlock created the client (and so quits it when the Redlock is dropped).
     owned: bool,
-    /// Outcome of the latest connection attempt of fredlock's connect loop.
-    link: tokio::sync::watch::Sender<Link>,
-    /// Set when the Redlock is dropped: the connect loop stops.
-    closed: Arc<std::sync::atomic::AtomicBool>,
-}
-
-/// Where a node's connection stands, as far as the connect loop knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Link {
-    /// The first attempt has not finished yet.
-    Connecting,
-    /// The latest attempt connected (fred's reconnect policy handles later drops).
-    Up,
-    /// The latest attempt failed; the loop retries with backoff.
-    Down,
+    /// What the connect loop knows: link, identity, latest cause of failure.
+    pub(crate) state: Arc<State>,
 }
 
 impl std::fmt::Debug for Node {
@@ -58,8 +49,7 @@ impl std::fmt::Debug for Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        self.closed
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.state.close();
         if self.owned {
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 let client = self.client.clone();
@@ -76,15 +66,25 @@ impl Drop for Node {
 pub(crate) struct Held {
     pub(crate) keys: Vec<String>,
     pub(crate) token: String,
+    /// The resource names (for error messages; never sent).
+    pub(crate) resources: Vec<String>,
 }
 
 impl Node {
     /// Builds a client for `url` with fredlock's settings; connecting happens later.
-    pub(crate) fn from_url(index: usize, url: &str) -> Result<Node, InvalidInput> {
-        let mut config = Config::from_url(url).map_err(|e| InvalidInput::InvalidUrl {
+    pub(crate) fn from_url(
+        index: usize,
+        url: &str,
+        servers: Arc<Servers>,
+    ) -> Result<Node, InvalidInput> {
+        crate::endpoint::check(index, url)?;
+        let invalid = |e: fred::error::Error| InvalidInput::InvalidUrl {
             index,
-            reason: scrub(e.details(), url),
-        })?;
+            url: crate::endpoint::redact(url),
+            // fred's URL messages name the part that is wrong, never the URL itself.
+            reason: e.details().to_string(),
+        };
+        let mut config = Config::from_url(url.trim()).map_err(invalid)?;
         // The first attempt is made at once and its failure reported (fred's reconnect policy
         // would sleep before even the first attempt); fredlock's connect loop retries it.
         config.fail_fast = true;
@@ -102,24 +102,21 @@ impl Node {
                 p.default_command_timeout = Duration::from_secs(5);
             })
             .build()
-            .map_err(|e| InvalidInput::InvalidUrl {
-                index,
-                reason: scrub(e.details(), url),
-            })?;
-        let mut node = Node::from_client(client);
+            .map_err(invalid)?;
+        let mut node = Node::from_client(index, client, servers);
         node.owned = true;
         Ok(node)
     }
 
     /// Wraps a caller's client. It must have a reconnect policy (checked by the builder).
-    pub(crate) fn from_client(client: Client) -> Node {
-        let name = describe(&client.client_config());
+    pub(crate) fn from_client(index: usize, client: Client, servers: Arc<Servers>) -> Node {
+        let (name, addr) = describe(&client.client_config());
         Node {
             client,
+            state: State::new(index, name.clone(), servers),
             name,
+            addr,
             owned: false,
-            link: tokio::sync::watch::Sender::new(Link::Connecting),
-            closed: Arc::default(),
         }
     }
 
@@ -127,58 +124,25 @@ impl Node {
         &self.client
     }
 
-    /// Starts fredlock's connect loop unless the client is already connected or connecting;
-    /// never waits. The loop makes the first attempt at once, then retries failed attempts with
-    /// backoff (50 ms doubling to 2 s) until one succeeds; from then on fred's reconnect policy
-    /// takes over. A service can therefore start while a node is down.
+    /// Starts fredlock's connect loop (see [`connection::spawn`]); never waits. A service can
+    /// therefore start while a node is down.
     pub(crate) fn connect(&self) {
-        if self.client.state() != ClientState::Disconnected {
-            self.link.send_replace(Link::Up);
-            return;
-        }
-        let client = self.client.clone();
-        let link = self.link.clone();
-        let closed = self.closed.clone();
-        let name = self.name.clone();
-        tokio::spawn(async move {
-            let mut backoff = Duration::from_millis(50);
-            while !closed.load(std::sync::atomic::Ordering::Acquire) {
-                match client.init().await {
-                    Ok(task) => {
-                        link.send_replace(Link::Up);
-                        backoff = Duration::from_millis(50);
-                        // Runs until the client quits (fred reconnects on its own meanwhile).
-                        let _ = task.await;
-                    }
-                    Err(e) => {
-                        link.send_replace(Link::Down);
-                        tracing::debug!(node = %name, error = %e.details(), "fredlock: connection attempt failed; retrying");
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(2));
-                    }
-                }
-            }
-        });
+        connection::spawn(self.client.clone(), self.state.clone());
     }
 
     /// Stops the connect loop and, for clients fredlock created, sends QUIT behind whatever is
     /// queued (so queued releases are answered first).
     pub(crate) async fn close(&self) {
-        self.closed
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.state.close();
         if self.owned {
             let _ = self.client.quit().await;
         }
     }
 
-    /// Resolves once the first connection attempt finished: true when connected.
-    pub(crate) async fn first_attempt(&self) -> bool {
-        let mut rx = self.link.subscribe();
-        let up = match rx.wait_for(|l| *l != Link::Connecting).await {
-            Ok(l) => *l == Link::Up,
-            Err(_) => false,
-        };
-        up
+    /// Resolves once the node is connected and identified.
+    pub(crate) async fn up(&self) {
+        let mut rx = self.state.link.subscribe();
+        let _ = rx.wait_for(|l| *l == Link::Up).await;
     }
 
     /// One command with fredlock's options: fred's own timeout, one attempt, fail fast while the
@@ -243,6 +207,11 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
     ) -> Vote {
+        // A node that is not identified yet, or is the same server as another entry, must not
+        // vote: nothing is sent, so nothing needs cleaning up there.
+        if let Err(e) = self.state.counts() {
+            return Vote::Failed(e);
+        }
         let reply = if let [key] = held.keys.as_slice() {
             // The typed SET (unlike EVAL and custom commands, which fred flushes one by one)
             // lets fred batch concurrent SETs into one socket write. `WithOptions` implements
@@ -275,6 +244,9 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
     ) -> Vote {
+        if let Err(e) = self.state.counts() {
+            return Vote::Failed(e);
+        }
         let scripts = crate::scripts::Scripts::get();
         let reply = self
             .script(&scripts.extend, &held, Some(ttl_ms), timeout)
@@ -286,7 +258,16 @@ impl Node {
     pub(crate) async fn release(self: Arc<Self>, held: Arc<Held>, timeout: Duration) -> Vote {
         let scripts = crate::scripts::Scripts::get();
         let all = held.keys.len() as i64;
-        match self.script(&scripts.release, &held, None, timeout).await {
+        // Sent even to a duplicate (it only deletes our own token), but a duplicate's answer
+        // is never counted.
+        let counts = self.state.counts();
+        let reply = self.script(&scripts.release, &held, None, timeout).await;
+        if let Err(e) = counts.as_ref() {
+            if e.kind == NodeErrorKind::Duplicate {
+                return Vote::Failed(e.clone());
+            }
+        }
+        match reply {
             Ok(Value::Integer(n)) if n == all => Vote::Granted,
             Ok(Value::Integer(n)) if (0..all).contains(&n) => Vote::Refused,
             Ok(_) => Vote::Failed(self.unexpected("the number of keys deleted")),
@@ -300,10 +281,16 @@ impl Node {
         key: String,
         timeout: Duration,
     ) -> Result<Option<(String, i64)>, NodeError> {
+        if let Err(e) = self.state.counts() {
+            if e.kind == NodeErrorKind::Duplicate {
+                return Err(e);
+            }
+        }
         let scripts = crate::scripts::Scripts::get();
         let held = Held {
             keys: vec![key],
             token: String::new(),
+            resources: Vec::new(),
         };
         // INSPECT takes no ARGV, but `script` always appends the token; Redis ignores it.
         match self.script(&scripts.inspect, &held, None, timeout).await? {
@@ -338,19 +325,7 @@ impl Node {
     }
 
     fn error(&self, e: fred::error::Error) -> NodeError {
-        let kind = match e.kind() {
-            ErrorKind::Timeout => NodeErrorKind::Timeout,
-            ErrorKind::IO | ErrorKind::Canceled | ErrorKind::Routing => NodeErrorKind::Connection,
-            ErrorKind::Auth => NodeErrorKind::Auth,
-            ErrorKind::Backpressure | ErrorKind::Config | ErrorKind::Url => NodeErrorKind::Client,
-            ErrorKind::Parse | ErrorKind::Protocol => NodeErrorKind::UnexpectedReply,
-            _ => NodeErrorKind::Server,
-        };
-        NodeError {
-            node: self.name.clone(),
-            kind,
-            message: e.details().to_string(),
-        }
+        self.state.error(&e)
     }
 }
 
@@ -366,8 +341,9 @@ fn options(timeout: Duration) -> Options {
     }
 }
 
-/// `host:port/db` for a centralized config, a descriptive form otherwise. Never credentials.
-fn describe(config: &Config) -> String {
+/// `(name, addr)`: `host:port/db` and `host:port` for a centralized config, a descriptive form
+/// otherwise. Never credentials.
+fn describe(config: &Config) -> (String, String) {
     let db = config.database.unwrap_or(0);
     let hosts = |hosts: &[fred::prelude::Server]| {
         let mut v: Vec<String> = hosts
@@ -379,16 +355,23 @@ fn describe(config: &Config) -> String {
     };
     match &config.server {
         ServerConfig::Centralized { server } => {
-            format!("{}:{}/{}", canonical_host(&server.host), server.port, db)
+            let addr = format!("{}:{}", canonical_host(&server.host), server.port);
+            (format!("{addr}/{db}"), addr)
         }
-        ServerConfig::Clustered { hosts: h, .. } => format!("cluster({})", hosts(h)),
+        ServerConfig::Clustered { hosts: h, .. } => {
+            let addr = format!("cluster({})", hosts(h));
+            (addr.clone(), addr)
+        }
         ServerConfig::Sentinel {
             hosts: h,
             service_name,
             ..
-        } => format!("sentinel({service_name}@{})/{db}", hosts(h)),
+        } => {
+            let addr = format!("sentinel({service_name}@{})", hosts(h));
+            (format!("{addr}/{db}"), addr)
+        }
         #[allow(unreachable_patterns)]
-        _ => "unknown".to_string(),
+        _ => ("unknown".to_string(), "unknown".to_string()),
     }
 }
 
@@ -400,50 +383,30 @@ fn canonical_host(host: &str) -> &str {
     }
 }
 
-/// fred's URL errors may echo the URL, which may hold a password.
-fn scrub(details: &str, url: &str) -> String {
-    let mut out = details.replace(url, "<url>");
-    if let Some((userinfo, _)) = url.split_once('@') {
-        if let Some((_, secret)) = userinfo.rsplit_once(':') {
-            if !secret.is_empty() && !secret.starts_with("//") {
-                out = out.replace(secret, "<redacted>");
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn loopback_names_are_one_server() {
-        let a = Node::from_url(0, "redis://localhost:7001").unwrap();
-        let b = Node::from_url(1, "redis://127.0.0.1:7001/0").unwrap();
+        let servers = Arc::new(Servers::default());
+        let a = Node::from_url(0, "redis://localhost:7001", servers.clone()).unwrap();
+        let b = Node::from_url(1, "redis://127.0.0.1:7001/0", servers.clone()).unwrap();
         assert_eq!(a.name, b.name);
-        let c = Node::from_url(2, "redis://127.0.0.1:7001/1").unwrap();
+        // A database index never makes a node independent.
+        let c = Node::from_url(2, "redis://127.0.0.1:7001/1", servers).unwrap();
         assert_ne!(a.name, c.name);
+        assert_eq!(a.addr, c.addr);
     }
 
     #[test]
     fn names_and_errors_hide_credentials() {
-        let a = Node::from_url(0, "redis://user:hunter2@127.0.0.1:7001").unwrap();
+        let servers = Arc::new(Servers::default());
+        let a = Node::from_url(0, "redis://user:hunter2@127.0.0.1:7001", servers.clone()).unwrap();
         assert!(!a.name.contains("hunter2"));
         assert!(!format!("{a:?}").contains("hunter2"));
-        let err = Node::from_url(0, "redis://user:hunter2@127.0.0.1:notaport").unwrap_err();
+        let err =
+            Node::from_url(0, "redis://user:hunter2@127.0.0.1:notaport", servers).unwrap_err();
         assert!(!err.to_string().contains("hunter2"), "{err}");
-    }
-
-    #[test]
-    fn scrub_removes_secret() {
-        assert_eq!(
-            scrub("bad redis://u:pw@h:1", "redis://u:pw@h:1"),
-            "bad <url>"
-        );
-        assert_eq!(
-            scrub("pw is wrong", "redis://u:pw@h:1"),
-            "<redacted> is wrong"
-        );
     }
 }

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::config::{Builder, Retry};
-use crate::error::{Error, InvalidInput, NodeError, NotHeldReason, Result, Vote, Votes};
+use crate::error::{Error, InvalidInput, Names, NodeError, NotHeldReason, Result, Vote, Votes};
 use crate::lock::Lock;
 use crate::node::{Held, Node};
 use crate::quorum::{self, fan_out, quorum_known, votes, Late, Outcome};
@@ -262,8 +262,10 @@ impl Redlock {
 
     /// Like [`acquire`](Self::acquire), but retries until `wait` has passed instead of for a
     /// number of attempts: the policy's pauses (`delay` + `jitter`) apply, its `attempts` does
-    /// not. No attempt starts after `wait`, so the call returns within `wait` plus one per-node
-    /// timeout. `Duration::ZERO` makes exactly one attempt.
+    /// not. No attempt starts after `wait`, and an attempt lasts at most one per-node timeout (a
+    /// failed attempt's clean-up release is sent, not awaited), so the call returns within `wait`
+    /// plus one per-node timeout. `Duration::ZERO` makes exactly one attempt; `Duration::MAX`
+    /// waits without a limit (until granted, or until the future is dropped).
     ///
     /// Cancellation: as for [`acquire`](Self::acquire).
     pub async fn acquire_with(
@@ -384,10 +386,11 @@ impl Redlock {
             remaining_ms = tracing::field::Empty,
         );
         async move {
-            let give_up = wait.map(|w| Instant::now() + w);
-            let mut attempt = 0;
+            // `None` with a wait: no limit (the wait does not fit on the clock).
+            let give_up = wait.and_then(|w| Instant::now().checked_add(w));
+            let mut attempt: u32 = 0;
             loop {
-                attempt += 1;
+                attempt = attempt.saturating_add(1);
                 let failure = match self.attempt(&req).await {
                     Ok(lock) => {
                         let span = tracing::Span::current();
@@ -399,17 +402,23 @@ impl Redlock {
                     Err(failure) => failure,
                 };
                 let pause = retry.delay + random_up_to(retry.jitter);
-                let out_of_time = give_up.is_some_and(|g| Instant::now() + pause >= g);
+                let out_of_time = give_up
+                    .is_some_and(|g| Instant::now().checked_add(pause).is_none_or(|t| t >= g));
                 let out_of_attempts = wait.is_none() && attempt >= retry.attempts;
                 if out_of_attempts || out_of_time {
                     tracing::Span::current().record("attempt", attempt);
+                    let resources = Names(req.resources.clone());
                     return Err(match failure {
                         Failure::Contended(votes) => Error::Contended {
+                            resources,
                             attempts: attempt,
                             votes,
                         },
-                        Failure::Unavailable(votes) => self.inner.unavailable(attempt, votes),
+                        Failure::Unavailable(votes) => {
+                            self.inner.unavailable(resources, attempt, votes)
+                        }
                         Failure::Expired(elapsed) => Error::ValidityExpired {
+                            resources,
                             attempts: attempt,
                             elapsed,
                             ttl: req.ttl,
@@ -428,6 +437,7 @@ impl Redlock {
         let held = Arc::new(Held {
             keys: req.keys.clone(),
             token: new_token(),
+            resources: req.resources.clone(),
         });
         // Armed until the outcome is settled: if this future is dropped, release everywhere.
         let mut guard = CleanupGuard {
@@ -435,7 +445,10 @@ impl Redlock {
             held: held.clone(),
         };
         let t0 = Instant::now();
-        let deadline = t0 + req.validity;
+        let Some(deadline) = t0.checked_add(req.validity) else {
+            guard.inner = None;
+            return Err(Failure::Expired(Duration::ZERO));
+        };
         let calls = self
             .inner
             .nodes
@@ -470,16 +483,12 @@ impl Redlock {
                 deadline,
             ));
         }
-        // Release wherever our token may be: nodes that granted, failed or did not answer.
-        // Wait only for the nodes known to be responsive (those that granted); the rest finish
-        // in the background, queued behind their SET.
-        let wait_for: Vec<usize> = (0..votes.0.len())
-            .filter(|&i| votes.0[i] == Vote::Granted)
-            .collect();
+        // Release wherever our token may be: nodes that granted, failed or did not answer. The
+        // release is handed to each node's connection (queued behind that node's SET, so it
+        // lands after it) but not awaited: the call's time bound must not include it, and a
+        // next attempt's SET is queued behind it in turn.
         let targets = (0..votes.0.len()).filter(|&i| votes.0[i] != Vote::Refused);
-        self.inner
-            .release_round(&held, targets, |a| wait_for.iter().all(|&i| a[i].is_some()))
-            .await;
+        self.inner.release_round(&held, targets, |_| true).await;
         guard.inner = None;
         let failure = if granted {
             Failure::Expired(now.duration_since(t0))
@@ -539,10 +548,14 @@ impl Inner {
         let t0 = Instant::now();
         if t0 >= current_deadline {
             return Err(Error::NotHeld {
+                resources: Names(held.resources.clone()),
                 reason: NotHeldReason::Expired,
                 votes: Votes::default(),
             });
         }
+        let Some(new_deadline) = t0.checked_add(validity) else {
+            return Err(InvalidInput::TtlTooLarge(ttl).into());
+        };
         // A keep-alive extension only has to land before the deadline, so it may wait for half of
         // the time left: under load, a longer wait beats a timeout and a retry.
         let mut timeout = self.node_timeout(ttl);
@@ -567,33 +580,36 @@ impl Inner {
         );
         let reached = quorum::outcome(&votes.0) == Outcome::Reached;
         if reached && Instant::now() < current_deadline {
-            return Ok(t0 + validity);
+            return Ok(new_deadline);
         }
         if Instant::now() >= current_deadline {
             return Err(Error::NotHeld {
+                resources: Names(held.resources.clone()),
                 reason: NotHeldReason::Expired,
                 votes,
             });
         }
-        Err(self.round_failure(votes))
+        Err(self.round_failure(&held.resources, votes))
     }
 
     /// Why a quorum round on a held lock (extend, release) failed: `NotHeld(TokenGone)` when
     /// refusals alone rule out a quorum, `Unavailable` otherwise (too few answers to know).
-    pub(crate) fn round_failure(&self, votes: Votes) -> Error {
+    pub(crate) fn round_failure(&self, resources: &[String], votes: Votes) -> Error {
         if votes.refused() > self.nodes.len() - self.quorum {
             Error::NotHeld {
+                resources: Names(resources.to_vec()),
                 reason: NotHeldReason::TokenGone,
                 votes,
             }
         } else {
-            self.unavailable(1, votes)
+            self.unavailable(Names(resources.to_vec()), 1, votes)
         }
     }
 
     /// `Unavailable` with the node counts filled in.
-    pub(crate) fn unavailable(&self, attempts: u32, votes: Votes) -> Error {
+    pub(crate) fn unavailable(&self, resources: Names, attempts: u32, votes: Votes) -> Error {
         Error::Unavailable {
+            resources,
             attempts,
             nodes: self.nodes.len(),
             quorum: self.quorum,

@@ -122,6 +122,7 @@ async fn majority_killed_is_unavailable_within_bound_and_leaves_nothing() {
             quorum: 2,
             reachable,
             votes,
+            ..
         } => {
             assert_eq!(attempts, 3);
             assert!(reachable <= 1);

@@ -114,7 +114,7 @@ async fn losing_the_majority_cancels_the_section_before_the_deadline() {
     let result = section.await;
     let deadline = handle.deadline();
     match result {
-        Err(Error::Lost { reason }) => assert_eq!(reason, LostReason::Expired),
+        Err(Error::Lost { reason, .. }) => assert_eq!(reason, LostReason::Expired),
         other => panic!("expected Lost, got {other:?}"),
     }
     let dropped_at = dropped.lock().unwrap().expect("the closure was dropped");

@@ -91,6 +91,7 @@ async fn stale_release_and_extend_leave_the_next_holder_alone() {
         Err(Error::NotHeld {
             reason: NotHeldReason::TokenGone,
             votes,
+            ..
         }) => assert_eq!(votes.granted(), 0),
         other => panic!("expected NotHeld(TokenGone), got {other:?}"),
     }
@@ -142,6 +143,7 @@ async fn extend_moves_the_deadline_and_never_revives() {
         Err(Error::NotHeld {
             reason: NotHeldReason::TokenGone,
             votes,
+            ..
         }) => assert_eq!(votes.granted(), 0),
         other => panic!("expected NotHeld(TokenGone), got {other:?}"),
     }

@@ -76,7 +76,9 @@ async fn contention_after_retries_is_contended_with_votes() {
     let r = unique("contended");
     let held = env.redlock.acquire(r.as_str(), TTL).await.expect("first");
     match env.redlock.acquire(r.as_str(), TTL).await {
-        Err(Error::Contended { attempts, votes }) => {
+        Err(Error::Contended {
+            attempts, votes, ..
+        }) => {
             assert_eq!(attempts, 3);
             assert_eq!(
                 votes.refused()

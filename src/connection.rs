@@ -1,0 +1,429 @@
+//! One node's connection as fredlock follows it: the connect loop, the latest cause of failure in
+//! the server's or the operating system's own words, and the server's identity.
+//!
+//! Why identity: two entries that reach one server (a database index, `localhost` and
+//! `127.0.0.1`, a DNS alias) would let one server vote twice and fake a majority. Once connected
+//! (and after every reconnect) each node asks `INFO server` for the server's `run_id`; a node whose
+//! server already answers for another entry is not counted ([`NodeErrorKind::Duplicate`]).
+//!
+//! Owns: connecting, reconnect bookkeeping, classifying fred's errors, identity.
+//! Must not: send lock commands or count votes.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fred::interfaces::EventInterface;
+use fred::prelude::{ClientLike, ClientState, ErrorKind, Options, Value};
+use fred::types::{ClusterHash, CustomCommand};
+use tokio::sync::watch;
+
+use crate::error::{NodeError, NodeErrorKind};
+
+pub use fred::clients::Client;
+
+/// Where a node's connection stands, as far as the connect loop knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Link {
+    /// The first attempt has not finished yet.
+    Connecting,
+    /// Connected and identified (fred's reconnect policy handles later drops).
+    Up,
+    /// The latest attempt failed; the loop retries with backoff.
+    Down,
+}
+
+/// What is known of the server behind a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Identity {
+    /// Not connected and identified yet: the node does not count.
+    Unknown,
+    /// The server's `run_id`; unique among this Redlock's nodes.
+    Known(String),
+    /// `INFO` is not allowed for this user (ACL): the node counts, but a duplicate behind an alias
+    /// cannot be detected (logged once at WARN).
+    Unverifiable,
+    /// The same server as an earlier entry: never counted.
+    Duplicate {
+        /// Index of the other entry.
+        of: usize,
+        /// Its name.
+        name: String,
+        /// The shared run_id.
+        run_id: String,
+    },
+}
+
+/// The run_ids seen by the nodes of one Redlock: a node whose server already answers for
+/// another entry is a duplicate.
+#[derive(Debug, Default)]
+pub(crate) struct Servers {
+    seen: Mutex<Vec<(usize, String, String)>>,
+}
+
+impl Servers {
+    /// Records `run_id` for node `index` and returns its identity.
+    fn record(&self, index: usize, name: &str, run_id: String) -> Identity {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.retain(|(i, _, _)| *i != index);
+        if let Some((of, other, _)) = seen.iter().find(|(_, _, r)| *r == run_id) {
+            return Identity::Duplicate {
+                of: *of,
+                name: other.clone(),
+                run_id,
+            };
+        }
+        seen.push((index, name.to_string(), run_id.clone()));
+        Identity::Known(run_id)
+    }
+}
+
+/// The state the connect loop shares with the node.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) index: usize,
+    /// `host:port/db`, safe to log.
+    pub(crate) name: String,
+    pub(crate) link: watch::Sender<Link>,
+    pub(crate) identity: watch::Sender<Identity>,
+    /// The latest connection failure, cleared on (re)connect.
+    cause: Mutex<Option<(NodeErrorKind, String)>>,
+    closed: watch::Sender<bool>,
+    servers: Arc<Servers>,
+}
+
+impl State {
+    pub(crate) fn new(index: usize, name: String, servers: Arc<Servers>) -> Arc<State> {
+        Arc::new(State {
+            index,
+            name,
+            link: watch::Sender::new(Link::Connecting),
+            identity: watch::Sender::new(Identity::Unknown),
+            cause: Mutex::new(None),
+            closed: watch::Sender::new(false),
+            servers,
+        })
+    }
+
+    /// Stops the connect loop.
+    pub(crate) fn close(&self) {
+        self.closed.send_replace(true);
+    }
+
+    fn set_cause(&self, cause: Option<(NodeErrorKind, String)>) {
+        *self.cause.lock().unwrap_or_else(|p| p.into_inner()) = cause;
+    }
+
+    /// The latest connection failure, if the node is not connected because of one.
+    pub(crate) fn cause(&self) -> Option<NodeError> {
+        let cause = self.cause.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        cause.map(|(kind, message)| NodeError {
+            node: self.name.clone(),
+            kind,
+            message,
+        })
+    }
+
+    /// `Ok` when this node's votes count; otherwise why not.
+    pub(crate) fn counts(&self) -> Result<(), NodeError> {
+        match &*self.identity.borrow() {
+            Identity::Known(_) | Identity::Unverifiable => Ok(()),
+            Identity::Duplicate { of, name, run_id } => Err(NodeError {
+                node: self.name.clone(),
+                kind: NodeErrorKind::Duplicate,
+                message: format!("same server as node {of} ({name}, run_id {run_id}); not counted"),
+            }),
+            Identity::Unknown => Err(self.cause().unwrap_or_else(|| NodeError {
+                node: self.name.clone(),
+                kind: NodeErrorKind::Connection,
+                message: "not connected yet".into(),
+            })),
+        }
+    }
+
+    /// Turns a fred error into a [`NodeError`] with the most useful words: a command refused
+    /// because the connection is down carries the connection's own cause (`WRONGPASS ...`,
+    /// `Connection refused`) instead of fred's generic "Connection closed unexpectedly.".
+    pub(crate) fn error(&self, e: &fred::error::Error) -> NodeError {
+        let (kind, message) = classify(e);
+        if kind == NodeErrorKind::Connection {
+            if let Some(cause) = self.cause() {
+                return NodeError {
+                    message: format!("not connected: {}", cause.message),
+                    ..cause
+                };
+            }
+        }
+        NodeError {
+            node: self.name.clone(),
+            kind,
+            message,
+        }
+    }
+}
+
+/// The kind of a fred error and its message, with IO errors in plain words
+/// (`Connection refused (os error 111)`, not fred's `Os { code: 111, ... }`).
+pub(crate) fn classify(e: &fred::error::Error) -> (NodeErrorKind, String) {
+    let kind = match e.kind() {
+        ErrorKind::Timeout => NodeErrorKind::Timeout,
+        ErrorKind::IO | ErrorKind::Canceled | ErrorKind::Routing => NodeErrorKind::Connection,
+        ErrorKind::Auth => NodeErrorKind::Auth,
+        ErrorKind::Backpressure | ErrorKind::Config | ErrorKind::Url => NodeErrorKind::Client,
+        ErrorKind::Parse | ErrorKind::Protocol => NodeErrorKind::UnexpectedReply,
+        // `Tls` exists only when one of fred's TLS features is on (ours, or the application's).
+        other if format!("{other:?}") == "Tls" => NodeErrorKind::Tls,
+        _ => {
+            let d = e.details();
+            if d.starts_with("NOAUTH") || d.starts_with("WRONGPASS") {
+                NodeErrorKind::Auth
+            } else {
+                NodeErrorKind::Server
+            }
+        }
+    };
+    let message = plain_words(e.details());
+    // fred hands rustls' handshake failures over as IO errors.
+    if kind == NodeErrorKind::Connection && is_tls_failure(&message) {
+        return (
+            NodeErrorKind::Tls,
+            format!("TLS handshake failed: {message}"),
+        );
+    }
+    (kind, message)
+}
+
+/// rustls' error names for a failed handshake (`InvalidCertificate(UnknownIssuer)`, ...).
+fn is_tls_failure(message: &str) -> bool {
+    [
+        "InvalidCertificate",
+        "NoCertificatesPresented",
+        "AlertReceived",
+        "HandshakeFailure",
+        "PeerIncompatible",
+        "PeerMisbehaved",
+        "InappropriateHandshakeMessage",
+        "InvalidMessage",
+        "UnsupportedNameType",
+    ]
+    .iter()
+    .any(|name| message.contains(name))
+}
+
+/// fred formats IO errors with `Debug`; keep only the words a person reads.
+fn plain_words(details: &str) -> String {
+    let field = |name: &str| {
+        let start = details.find(&format!("{name}: \""))? + name.len() + 3;
+        let end = details[start..].find('"')? + start;
+        Some(details[start..end].to_string())
+    };
+    if details.starts_with("Os {") {
+        if let (Some(message), Some(code)) = (field("message"), os_code(details)) {
+            return format!("{message} (os error {code})");
+        }
+    }
+    if details.starts_with("Custom {") || details.starts_with("Kind(") {
+        if let Some(error) = field("error") {
+            return error;
+        }
+        // An unquoted error value: `error: InvalidCertificate(UnknownIssuer) }`.
+        if let Some(start) = details.find("error: ") {
+            let rest = &details[start + 7..];
+            return rest.strip_suffix(" }").unwrap_or(rest).to_string();
+        }
+    }
+    details.to_string()
+}
+
+fn os_code(details: &str) -> Option<i64> {
+    let start = details.find("code: ")? + 6;
+    let digits: String = details[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '-')
+        .collect();
+    digits.parse().ok()
+}
+
+/// Starts the connect loop for `client` (always; an already connected client skips to
+/// identification). It never waits. The first attempt is made at once; failed attempts are
+/// retried with backoff (50 ms doubling to 2 s), each cause recorded; once connected the server
+/// is identified, and identified again after every reconnect.
+pub(crate) fn spawn(client: Client, state: Arc<State>) {
+    tokio::spawn(async move {
+        let mut closed = state.closed.subscribe();
+        tokio::select! {
+            () = run(client, state.clone()) => {}
+            _ = closed.wait_for(|c| *c) => {}
+        }
+    });
+}
+
+async fn run(client: Client, state: Arc<State>) {
+    let mut reconnects = client.reconnect_rx();
+    let mut errors = client.error_rx();
+    let mut backoff = Duration::from_millis(50);
+    let mut warned = false;
+    let task = if client.state() == ClientState::Disconnected {
+        loop {
+            match client.init().await {
+                Ok(task) => break Some(task),
+                Err(e) => {
+                    let (kind, message) = classify(&e);
+                    if !warned {
+                        tracing::warn!(node = %state.name, %kind, cause = %message, "fredlock: node unreachable; retrying in the background");
+                        warned = true;
+                    }
+                    state.set_cause(Some((kind, message)));
+                    state.link.send_replace(Link::Down);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    } else {
+        None
+    };
+    state.set_cause(None);
+    identify(&client, &state).await;
+    if warned {
+        tracing::info!(node = %state.name, "fredlock: node connected");
+    }
+    state.link.send_replace(Link::Up);
+    let done = async {
+        match task {
+            // Runs until the client quits (fred reconnects on its own meanwhile).
+            Some(task) => {
+                let _ = task.await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(done);
+    loop {
+        use tokio::sync::broadcast::error::RecvError;
+        tokio::select! {
+            () = &mut done => return,
+            r = reconnects.recv() => match r {
+                Ok(_) | Err(RecvError::Lagged(_)) => {
+                    state.set_cause(None);
+                    identify(&client, &state).await;
+                }
+                Err(RecvError::Closed) => return,
+            },
+            r = errors.recv() => match r {
+                Ok((e, _)) => state.set_cause(Some(classify(&e))),
+                Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return,
+            },
+        }
+    }
+}
+
+/// Asks the server for its `run_id` (retrying while it does not answer) and records it.
+async fn identify(client: &Client, state: &State) {
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let info = CustomCommand::new_static("INFO", ClusterHash::Random, false);
+        let options = Options {
+            timeout: Some(Duration::from_secs(2)),
+            max_attempts: Some(1),
+            fail_fast: true,
+            ..Options::default()
+        };
+        let reply = client
+            .with_options(&options)
+            .custom::<Value, Value>(info, vec![Value::from("server")])
+            .await;
+        let identity = match reply {
+            Ok(value) => match value.as_str().as_deref().and_then(run_id) {
+                Some(id) => state.servers.record(state.index, &state.name, id),
+                None => Identity::Unverifiable,
+            },
+            Err(e) if e.details().contains("NOPERM") => Identity::Unverifiable,
+            Err(e) => {
+                state.set_cause(Some(classify(&e)));
+                if *state.closed.borrow() {
+                    return;
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        match &identity {
+            Identity::Duplicate { of, name, run_id } => {
+                tracing::warn!(node = %state.name, other = %name, other_index = of, %run_id, "fredlock: this node is the same server as another entry; it is not counted");
+            }
+            Identity::Unverifiable => {
+                tracing::warn!(node = %state.name, "fredlock: cannot read INFO on this node (allow the INFO command for this user); a duplicate entry for the same server would not be detected");
+            }
+            _ => {}
+        }
+        state.identity.send_replace(identity);
+        return;
+    }
+}
+
+fn run_id(info: &str) -> Option<String> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .map(|id| id.trim().to_string())
+        .filter(|id| !id.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_in_plain_words() {
+        assert_eq!(
+            plain_words(
+                r#"Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }"#
+            ),
+            "Connection refused (os error 111)"
+        );
+        assert_eq!(
+            plain_words(
+                r#"Custom { kind: Uncategorized, error: "failed to lookup address information: Name or service not known" }"#
+            ),
+            "failed to lookup address information: Name or service not known"
+        );
+        assert_eq!(plain_words("WRONGPASS invalid"), "WRONGPASS invalid");
+        assert_eq!(
+            plain_words("Custom { kind: InvalidData, error: InvalidCertificate(UnknownIssuer) }"),
+            "InvalidCertificate(UnknownIssuer)"
+        );
+        assert!(is_tls_failure("InvalidCertificate(UnknownIssuer)"));
+    }
+
+    #[test]
+    fn one_run_id_counts_once() {
+        let servers = Servers::default();
+        assert_eq!(
+            servers.record(0, "a", "x".into()),
+            Identity::Known("x".into())
+        );
+        assert!(matches!(
+            servers.record(1, "b", "x".into()),
+            Identity::Duplicate { of: 0, .. }
+        ));
+        assert_eq!(
+            servers.record(2, "c", "y".into()),
+            Identity::Known("y".into())
+        );
+        // Node 0 reconnects to a restarted server: its old run_id no longer blocks others.
+        assert_eq!(
+            servers.record(0, "a", "z".into()),
+            Identity::Known("z".into())
+        );
+    }
+
+    #[test]
+    fn run_id_is_read_from_info() {
+        assert_eq!(
+            run_id("# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\n").as_deref(),
+            Some("abc123")
+        );
+        assert_eq!(run_id("# Server\r\n"), None);
+    }
+}
