@@ -490,7 +490,10 @@ impl Redlock {
         let targets = (0..votes.0.len()).filter(|&i| votes.0[i] != Vote::Refused);
         self.inner.release_round(&held, targets, |_| true).await;
         guard.inner = None;
-        let failure = if granted {
+        // Out of validity with answers still outstanding: the TTL is too short for the network,
+        // which is not the same as nodes being down.
+        let expired_waiting = now >= deadline && votes.0.contains(&Vote::Pending);
+        let failure = if granted || expired_waiting {
             Failure::Expired(now.duration_since(t0))
         } else if votes.failed() > self.inner.nodes.len() - self.inner.quorum
             || votes.refused() == 0
