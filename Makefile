@@ -2,7 +2,7 @@
 CARGO ?= cargo
 FEATURES := --features testkit
 
-.PHONY: demo test bench scheduler lint redis-server
+.PHONY: demo test bench scheduler errors lint redis-server
 
 ## make demo: several processes increment one counter under the lock (then without it: --no-lock)
 demo: redis-server
@@ -27,6 +27,10 @@ SECS ?= 600
 SEED ?=
 torture: redis-server
 	$(CARGO) run --release $(FEATURES) --example torture -- --secs $(SECS) --seed "$(SEED)"
+
+## make errors: provoke every error against local nodes and print each message (README's table)
+errors: redis-server
+	$(CARGO) run --quiet --all-features --example errors
 
 ## make lint: what CI checks besides the tests
 lint:

@@ -176,6 +176,9 @@ pub(crate) fn classify(e: &fred::error::Error) -> (NodeErrorKind, String) {
             let d = e.details();
             if d.starts_with("NOAUTH") || d.starts_with("WRONGPASS") {
                 NodeErrorKind::Auth
+            } else if d.contains("Failed to route command") {
+                // fred's words when the node's connection is down.
+                NodeErrorKind::Connection
             } else {
                 NodeErrorKind::Server
             }
@@ -186,10 +189,26 @@ pub(crate) fn classify(e: &fred::error::Error) -> (NodeErrorKind, String) {
     if kind == NodeErrorKind::Connection && is_tls_failure(&message) {
         return (
             NodeErrorKind::Tls,
-            format!("TLS handshake failed: {message}"),
+            format!(
+                "handshake failed: {message} (does the client trust the server's certificate \
+                 authority, and does the URL's host name match the certificate?)"
+            ),
         );
     }
-    (kind, message)
+    (kind, with_hint(kind, message))
+}
+
+/// The server's or the OS's words, plus what to do about the common causes.
+fn with_hint(kind: NodeErrorKind, message: String) -> String {
+    let hint = match kind {
+        NodeErrorKind::Auth => "check the user name and password in this node's URL",
+        _ if message.contains("Connection refused") => {
+            "is the server running and listening on this address?"
+        }
+        _ if message.contains("lookup address") => "check the host name in this node's URL",
+        _ => return message,
+    };
+    format!("{message} ({hint})")
 }
 
 /// rustls' error names for a failed handshake (`InvalidCertificate(UnknownIssuer)`, ...).

@@ -72,8 +72,8 @@ pub(crate) fn check(index: usize, raw: &str) -> Result<(), InvalidInput> {
 /// which could corrupt the rest of the message.
 pub(crate) fn redact(raw: &str) -> String {
     let Some((scheme, rest)) = raw.split_once("://") else {
-        // No authority to find: show nothing that could be a secret.
-        return if raw.contains('@') || raw.contains(':') {
+        // No scheme, so no structure to find the password by: show nothing if there may be one.
+        return if raw.contains('@') {
             "<unparsable URL>".to_string()
         } else {
             raw.to_string()

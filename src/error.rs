@@ -169,7 +169,7 @@ pub enum InvalidInput {
         how: String,
     },
     /// A node URL was rejected. The message never repeats the password.
-    #[error("node {index}: invalid URL {url}: {reason}")]
+    #[error("node {index}: invalid URL {url:?}: {reason}")]
     InvalidUrl {
         /// Index of the entry.
         index: usize,
@@ -198,7 +198,7 @@ pub enum InvalidInput {
     ZeroTtl,
     /// A TTL too large for Redis (milliseconds must fit in a signed 64-bit integer) or for the
     /// monotonic clock.
-    #[error("TTL {0:?} is too large")]
+    #[error("TTL {0:?} is too large (Redis takes at most 2^63-1 ms; a lock that long is never released by expiry)")]
     TtlTooLarge(Duration),
     /// A TTL so short that the clock-drift allowance leaves no validity at all.
     #[error("TTL {ttl:?} leaves no validity after the drift allowance {drift:?}")]

@@ -37,6 +37,9 @@
 //!
 //! ## Layout
 //! - [`config`]: the builder, defaults in one place, validation of every input.
+//! - `endpoint`: node URLs checked (clean messages) and redacted by structure.
+//! - `connection`: one node's connect loop, its latest cause of failure in the server's words,
+//!   and the server's identity (`run_id`), so that one server never votes twice.
 //! - `node`: one Redis node (one fred client), per-command timeouts, reply decoding.
 //! - `scripts`: every Lua script, each with its KEYS/ARGV contract.
 //! - `quorum`: the one fan-out primitive, early decision, validity arithmetic.

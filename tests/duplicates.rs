@@ -100,7 +100,8 @@ async fn an_alias_that_connects_later_never_votes() {
         Error::Unavailable { votes, .. } => votes.clone(),
         other => panic!("{other:?}"),
     };
-    assert_eq!(votes.granted(), 1, "{votes}");
+    // Node 0 may not have answered yet when the two failures decided the round.
+    assert!(votes.granted() <= 1, "{votes}");
     assert!(
         matches!(&votes.0[2], Vote::Failed(e) if e.kind == NodeErrorKind::Duplicate),
         "{votes}"

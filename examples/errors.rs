@@ -1,0 +1,206 @@
+//! Provokes every error fredlock returns, against local redis-server nodes it starts itself, and
+//! prints each one's message as a Markdown table (the one in README.md).
+//!
+//! ```text
+//! make errors
+//! ```
+
+use std::time::Duration;
+
+use fredlock::testkit::{FaultProxy, LocalNodes};
+use fredlock::{Error, KeepAliveOptions, Redlock, Retry};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let nodes = LocalNodes::start(3).await?;
+    let secret = "s3cret-pw";
+    let mut rows: Vec<(&str, String)> = Vec::new();
+    let quick = |b: fredlock::Builder| {
+        b.retry(Retry::once())
+            .connect_wait(Duration::from_millis(500))
+    };
+    let redlock = quick(Redlock::builder().nodes(nodes.urls()))
+        .build()
+        .await?;
+    let ttl = Duration::from_secs(5);
+
+    // Lock errors.
+    let held = redlock.acquire("orders:42", ttl).await?;
+    rows.push(("contention", err(redlock.acquire("orders:42", ttl).await)));
+    for i in 0..3 {
+        nodes
+            .command(i, &["DEL", &redlock.key("orders:42")])
+            .await?;
+    }
+    rows.push(("release after the keys expired", err(held.release().await)));
+    rows.push((
+        "TTL too short for the network",
+        err(redlock
+            .acquire("orders:43", Duration::from_micros(2_100))
+            .await),
+    ));
+    let lost = redlock.with_lock("orders:44", Duration::from_millis(300), |_| async {
+        std::future::pending::<()>().await
+    });
+    let wipe = async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        for i in 0..3 {
+            let _ = nodes.command(i, &["DEL", &redlock.key("orders:44")]).await;
+        }
+        std::future::pending::<()>().await
+    };
+    tokio::select! { e = lost => rows.push(("lock lost during with_lock", err(e))), () = wipe => {} }
+
+    // Nodes that cannot be reached, each with its own cause.
+    nodes
+        .command(0, &["CONFIG", "SET", "requirepass", secret])
+        .await?;
+    let refused = format!("redis://127.0.0.1:{}", free_port());
+    let mixed = quick(Redlock::builder().nodes([
+        format!("redis://:wrong-{secret}@127.0.0.1:{}", nodes.port(0)),
+        refused.clone(),
+        "redis://no-such-host.invalid:6379".to_string(),
+    ]))
+    .build()
+    .await?;
+    rows.push((
+        "no quorum reachable (wrong password, refused, unknown host)",
+        err(mixed.acquire("orders:42", ttl).await),
+    ));
+    let noauth = quick(Redlock::builder().nodes([format!("redis://127.0.0.1:{}", nodes.port(0))]))
+        .build()
+        .await?;
+    rows.push((
+        "a node that needs a password",
+        err(noauth.acquire("orders:42", ttl).await),
+    ));
+    let unknown_user = quick(Redlock::builder().nodes([format!(
+        "redis://nobody:{secret}@127.0.0.1:{}",
+        nodes.port(1)
+    )]))
+    .build()
+    .await?;
+    rows.push((
+        "an unknown ACL user",
+        err(unknown_user.acquire("orders:42", ttl).await),
+    ));
+    rows.push(("TLS: certificate not trusted", tls_failure(&nodes).await?));
+    rows.push((
+        "strict build without a quorum",
+        err(quick(Redlock::builder().nodes([
+            refused.clone(),
+            format!("redis://127.0.0.1:{}", free_port()),
+        ]))
+        .require_quorum(true)
+        .build()
+        .await),
+    ));
+
+    // Configuration and input.
+    let alias = FaultProxy::start(nodes.addr(1)).await?;
+    rows.push((
+        "one server twice (database index)",
+        err(Redlock::builder()
+            .nodes([format!("{}/0", nodes.url(1)), format!("{}/1", nodes.url(1))])
+            .build()
+            .await),
+    ));
+    rows.push((
+        "one server twice (an alias, found by run_id)",
+        err(
+            quick(Redlock::builder().nodes([nodes.url(1), alias.url(), nodes.url(2)]))
+                .build()
+                .await,
+        ),
+    ));
+    for (case, url) in [
+        ("empty URL", ""),
+        ("URL without a scheme", "127.0.0.1:6379"),
+        ("unsupported scheme", "http://127.0.0.1:6379"),
+        (
+            "bad port (the password is not shown)",
+            "redis://app:s3cret-pw@127.0.0.1:port",
+        ),
+    ] {
+        rows.push((case, err(Redlock::builder().nodes([url]).build().await)));
+    }
+    rows.push((
+        "TTL of zero",
+        err(redlock.acquire("orders:42", Duration::ZERO).await),
+    ));
+    rows.push((
+        "TTL too large",
+        err(redlock.acquire("orders:42", Duration::MAX).await),
+    ));
+    let lock = redlock.acquire("orders:45", ttl).await?;
+    rows.push((
+        "keep-alive option out of range",
+        match lock.keep_alive_with(KeepAliveOptions::default().renew_when_left(f64::NAN)) {
+            Ok(_) => "accepted".into(),
+            Err(rejected) => rejected.error.to_string(),
+        },
+    ));
+
+    println!("| case | message |");
+    println!("|---|---|");
+    for (case, message) in rows {
+        assert!(!message.contains(secret), "a password leaked: {message}");
+        println!("| {case} | `{}` |", message.replace('|', "\\|"));
+    }
+    Ok(())
+}
+
+fn err<T>(r: Result<T, Error>) -> String {
+    match r {
+        Ok(_) => "(no error)".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(1)
+}
+
+/// Node 2 also listens with TLS, with a self-signed certificate the client does not trust.
+async fn tls_failure(nodes: &LocalNodes) -> Result<String, Box<dyn std::error::Error>> {
+    if !cfg!(feature = "tls") {
+        return Ok("(built without the tls feature)".into());
+    }
+    let dir = std::env::temp_dir().join(format!("fredlock-errors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()])?;
+    let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&c, cert.cert.pem())?;
+    std::fs::write(&k, cert.key_pair.serialize_pem())?;
+    let port = free_port().to_string();
+    let (c, k) = (c.to_string_lossy(), k.to_string_lossy());
+    nodes
+        .command(
+            2,
+            &[
+                "CONFIG",
+                "SET",
+                "tls-cert-file",
+                &c,
+                "tls-key-file",
+                &k,
+                "tls-auth-clients",
+                "no",
+                "tls-port",
+                &port,
+            ],
+        )
+        .await?;
+    let redlock = Redlock::builder()
+        .nodes([format!("rediss://localhost:{port}")])
+        .retry(Retry::once())
+        .connect_wait(Duration::from_millis(500))
+        .build()
+        .await?;
+    let message = err(redlock.acquire("orders:42", Duration::from_secs(5)).await);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(message)
+}
