@@ -1,4 +1,7 @@
 //! The builder: every default in one place, every input validated before anything connects.
+//!
+//! Owns: [`Builder`], defaults, validation, construction of the node clients. Must not: send lock
+//! commands; nothing below imports it.
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,6 +13,7 @@ use crate::connection::{Identity, Servers};
 use crate::error::{Error, InvalidInput, NodeError, NodeErrorKind, Result};
 use crate::node::{Client, Node};
 use crate::quorum;
+pub use crate::redlock::Retry;
 use crate::redlock::{Inner, Redlock};
 
 /// Default clock-drift factor (1% of the TTL, plus a fixed 2 ms).
@@ -20,54 +24,6 @@ pub const DEFAULT_KEY_PREFIX: &str = "fredlock:";
 pub const DEFAULT_CONNECT_WAIT: Duration = Duration::from_secs(2);
 /// The longest per-node timeout accepted: a node that takes longer is down for a lock's purposes.
 pub const MAX_NODE_TIMEOUT: Duration = Duration::from_secs(3600);
-
-/// How [`Redlock::acquire`] retries while the lock is held by someone else or nodes fail.
-///
-/// Between attempts it sleeps `delay` plus a uniformly random extra of up to `jitter`, so that
-/// contenders spread out instead of colliding again. There is no sleep after the last attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retry {
-    /// Every attempt counts, the first included: 1 = a single try. Must be at least 1.
-    pub attempts: u32,
-    /// Fixed part of the pause between attempts.
-    pub delay: Duration,
-    /// Random extra pause, uniform in `[0, jitter]`.
-    pub jitter: Duration,
-}
-
-impl Default for Retry {
-    /// 10 attempts, 200 ms apart plus up to 100 ms of jitter (at most about 2.7 s of waiting).
-    fn default() -> Self {
-        Retry {
-            attempts: 10,
-            delay: Duration::from_millis(200),
-            jitter: Duration::from_millis(100),
-        }
-    }
-}
-
-impl Retry {
-    /// A single attempt, no waiting.
-    pub const fn once() -> Self {
-        Retry {
-            attempts: 1,
-            delay: Duration::ZERO,
-            jitter: Duration::ZERO,
-        }
-    }
-
-    pub(crate) fn validate(&self) -> Result<(), InvalidInput> {
-        if self.attempts == 0 {
-            return Err(InvalidInput::ZeroAttempts);
-        }
-        if self.delay.checked_add(self.jitter).is_none()
-            || self.delay + self.jitter > Duration::from_secs(86_400 * 365)
-        {
-            return Err(InvalidInput::RetryTooLarge);
-        }
-        Ok(())
-    }
-}
 
 enum NodeSpec {
     Url(String),
@@ -123,6 +79,13 @@ impl Default for Builder {
             connect_wait: DEFAULT_CONNECT_WAIT,
             require_quorum: false,
         }
+    }
+}
+
+impl Redlock {
+    /// Starts a [`Builder`].
+    pub fn builder() -> Builder {
+        Builder::default()
     }
 }
 

@@ -4,6 +4,9 @@
 //! A [`Role::Leader`] carries its validity (`valid_until`), updated with every extension, so an
 //! observer that runs late still never acts as leader past the lock's deadline:
 //! use [`Role::is_leader`], which checks the clock.
+//!
+//! Owns: the campaign task and the role watch. Must not: extend or release by itself (the
+//! keep-alive guard does).
 
 use std::time::Duration;
 

@@ -4,6 +4,9 @@
 //! later), *the Redis fleet is in trouble* ([`Error::Unavailable`], page someone), *the network is
 //! too slow for this TTL* ([`Error::ValidityExpired`], raise the TTL), *your lock is gone*
 //! ([`Error::NotHeld`], stop the work), and *you passed something wrong* ([`Error::InvalidInput`]).
+//!
+//! Owns: every error type and the plain value types other layers share (`Votes`, `NodeError`,
+//! `LostReason`, `Names`). Must not: import anything of this crate (it is the bottom layer).
 
 use std::fmt;
 use std::time::Duration;

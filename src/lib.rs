@@ -35,20 +35,24 @@
 //! that. A node whose clock jumps, or that restarts without its data within a TTL, can break
 //! mutual exclusion (use `appendfsync always`, or keep a crashed node out for longer than the TTL).
 //!
-//! ## Layout
-//! - [`config`]: the builder, defaults in one place, validation of every input.
-//! - `endpoint`: node URLs checked (clean messages) and redacted by structure.
-//! - `connection`: one node's connect loop, its latest cause of failure in the server's words,
-//!   and the server's identity (`run_id`), so that one server never votes twice.
-//! - `node`: one Redis node (one fred client), per-command timeouts, reply decoding.
-//! - `scripts`: every Lua script, each with its KEYS/ARGV contract.
-//! - `quorum`: the one fan-out primitive, early decision, validity arithmetic.
-//! - `redlock`: acquire / try_acquire / inspect, and the extend and release rounds.
-//! - `lock`: [`Lock`], extend / release, drop behaviour.
-//! - `keepalive`: [`KeepAlive`] (background extension, the lost signal) and [`Redlock::with_lock`].
-//! - `election`: [`Election`], leader election over one resource, observed through a `watch`.
-//! - [`error`]: one [`Error`] whose variants a caller can act on.
-//! - `testkit` (feature `testkit`): local `redis-server` nodes, node control, a fault proxy.
+//! ## Layout: layers that only look down
+//! Each module may use only modules of LOWER layers (`tests/layers.rs` fails otherwise), so a
+//! reader can start at the bottom and a change ripples only upwards. Bottom to top:
+//!
+//! 0. [`error`]: errors and plain value types (`Votes`, `NodeError`, `LostReason`). Imports nothing of ours.
+//! 1. `endpoint` (node URLs checked and redacted by structure), `scripts` (every Lua script with
+//!    its KEYS/ARGV contract), `connection` (one node's connect loop, its latest cause of failure
+//!    in the server's words, the server's `run_id` so one server never votes twice).
+//! 2. `node` (one Redis node: one fred client, per-command options, reply decoding into votes),
+//!    `quorum` (the one fan-out primitive, the quorum tally, validity arithmetic; pure).
+//! 3. `redlock`: the rounds: one acquire attempt, extend, release; [`Redlock`] and its shared state.
+//! 4. `lock` ([`Lock`] and the acquire retry loop that hands it out), `inspect` ([`Redlock::inspect`]).
+//! 5. `keepalive`: [`KeepAlive`], the background extension and the lost signal.
+//! 6. `with_lock` ([`Redlock::with_lock`]), `election` ([`Election`]).
+//! 7. [`config`]: the builder; validates, then constructs. Nothing imports it back.
+//!
+//! `testkit` (feature `testkit`): local `redis-server` nodes, node control, a fault proxy, the
+//! safety checker and the torture run; test machinery, not part of the lock.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
@@ -57,6 +61,7 @@ mod connection;
 mod election;
 mod endpoint;
 pub mod error;
+mod inspect;
 mod keepalive;
 mod lock;
 mod node;
@@ -66,6 +71,7 @@ mod scripts;
 #[cfg(feature = "testkit")]
 #[allow(unsafe_code)] // signals (SIGSTOP, SIGKILL) and SO_LINGER need libc
 pub mod testkit;
+mod with_lock;
 
 pub use config::{Builder, Retry};
 pub use election::{Election, Role, Term};
@@ -73,9 +79,11 @@ pub use error::{
     Error, InvalidInput, LostReason, Names, NodeError, NodeErrorKind, NotHeldReason, Result, Vote,
     Votes,
 };
-pub use keepalive::{KeepAlive, KeepAliveOptions, LockHandle, OnLost, Rejected, WithLock};
+pub use inspect::{Holder, Inspection, NodeView};
+pub use keepalive::{KeepAlive, KeepAliveOptions, LockHandle, Rejected};
 pub use lock::{Lock, ReleaseReport};
-pub use redlock::{Holder, Inspection, NodeView, Redlock, Resources};
+pub use redlock::{Redlock, Resources};
+pub use with_lock::{OnLost, WithLock};
 
 /// The fred crate fredlock is built on, re-exported so callers can build clients of the same version.
 pub use fred;

@@ -1,14 +1,20 @@
 //! A held lock: its resources, token and deadline; extend and release; what dropping it does.
+//! Also the acquire calls of [`Redlock`] that hand out a [`Lock`]: the retry loop over the
+//! single attempts of the rounds layer below.
+//!
+//! Owns: [`Lock`], the acquire retry loop, the drop behaviour.
+//! Must not: send commands itself (the rounds in `redlock` do), or know about keep-alive.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
-use crate::error::{Result, Votes};
+use crate::error::{Error, Names, Result, Votes};
 use crate::node::Held;
 use crate::quorum::{self, Outcome};
-use crate::redlock::{spawn_release, Redlock};
+use crate::redlock::{random_up_to, spawn_release, Failure, Redlock, Resources, Retry};
 
 /// A lock held on a quorum of nodes until [`deadline`](Lock::deadline).
 ///
@@ -184,5 +190,135 @@ impl Drop for Lock {
                 "lock dropped",
             );
         }
+    }
+}
+
+impl Redlock {
+    /// Acquires `resources` (one name, or several all-or-nothing) for `ttl`, retrying per the
+    /// configured [`Retry`] while it is held elsewhere or nodes fail.
+    ///
+    /// Each attempt sends one command per node at once and decides as soon as a quorum granted
+    /// or can no longer grant; the lock's validity is counted from before the first command.
+    /// A failed attempt releases on every node that granted or did not answer.
+    ///
+    /// Errors: [`Error::Contended`], [`Error::Unavailable`], [`Error::ValidityExpired`] after
+    /// the last attempt; [`Error::InvalidInput`] at once.
+    ///
+    /// Cancellation: dropping the future at any point releases in the background whatever the
+    /// current attempt may have set, on every node (the release is queued behind that node's
+    /// `SET` on the same connection, so it lands after it). Nothing stays locked for a TTL.
+    pub async fn acquire(&self, resources: impl Resources, ttl: Duration) -> Result<Lock> {
+        self.acquire_inner(resources.into_names(), ttl, self.inner.retry, None)
+            .await
+    }
+
+    /// Like [`acquire`](Self::acquire), but retries until `wait` has passed instead of for a
+    /// number of attempts: the policy's pauses (`delay` + `jitter`) apply, its `attempts` does
+    /// not. No attempt starts after `wait`, and an attempt lasts at most one per-node timeout (a
+    /// failed attempt's clean-up release is sent, not awaited), so the call returns within `wait`
+    /// plus one per-node timeout. `Duration::ZERO` makes exactly one attempt; `Duration::MAX`
+    /// waits without a limit (until granted, or until the future is dropped).
+    ///
+    /// Cancellation: as for [`acquire`](Self::acquire).
+    pub async fn acquire_with(
+        &self,
+        resources: impl Resources,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Lock> {
+        self.acquire_inner(resources.into_names(), ttl, self.inner.retry, Some(wait))
+            .await
+    }
+
+    /// One attempt, no retry. `Ok(None)` when the lock is held by someone else (contention is not
+    /// an error here); errors when nodes are unreachable or the validity ran out.
+    ///
+    /// Cancellation: as for [`acquire`](Self::acquire).
+    pub async fn try_acquire(
+        &self,
+        resources: impl Resources,
+        ttl: Duration,
+    ) -> Result<Option<Lock>> {
+        match self
+            .acquire_inner(resources.into_names(), ttl, Retry::once(), None)
+            .await
+        {
+            Ok(lock) => Ok(Some(lock)),
+            Err(Error::Contended { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn acquire_inner(
+        &self,
+        names: Vec<String>,
+        ttl: Duration,
+        retry: Retry,
+        wait: Option<Duration>,
+    ) -> Result<Lock> {
+        let req = self.request(names, ttl)?;
+        let span = tracing::debug_span!(
+            "fredlock.acquire",
+            resources = ?req.resources,
+            ttl_ms = req.ttl.as_millis() as u64,
+            attempt = tracing::field::Empty,
+            granted = tracing::field::Empty,
+            failed = tracing::field::Empty,
+            elapsed_us = tracing::field::Empty,
+            remaining_ms = tracing::field::Empty,
+        );
+        async move {
+            // `None` with a wait: no limit (the wait does not fit on the clock).
+            let give_up = wait.and_then(|w| Instant::now().checked_add(w));
+            let mut attempt: u32 = 0;
+            loop {
+                attempt = attempt.saturating_add(1);
+                let failure = match self.attempt(&req).await {
+                    Ok(grant) => {
+                        let lock = Lock::new(
+                            self.clone(),
+                            grant.held,
+                            req.resources.clone(),
+                            req.ttl,
+                            grant.t0,
+                            grant.deadline,
+                        );
+                        let span = tracing::Span::current();
+                        span.record("attempt", attempt);
+                        span.record("remaining_ms", lock.remaining().as_millis() as u64);
+                        tracing::debug!("acquired");
+                        return Ok(lock);
+                    }
+                    Err(failure) => failure,
+                };
+                let pause = retry.delay + random_up_to(retry.jitter);
+                let out_of_time = give_up
+                    .is_some_and(|g| Instant::now().checked_add(pause).is_none_or(|t| t >= g));
+                let out_of_attempts = wait.is_none() && attempt >= retry.attempts;
+                if out_of_attempts || out_of_time {
+                    tracing::Span::current().record("attempt", attempt);
+                    let resources = Names(req.resources.clone());
+                    return Err(match failure {
+                        Failure::Contended(votes) => Error::Contended {
+                            resources,
+                            attempts: attempt,
+                            votes,
+                        },
+                        Failure::Unavailable(votes) => {
+                            self.inner.unavailable(resources, attempt, votes)
+                        }
+                        Failure::Expired(elapsed) => Error::ValidityExpired {
+                            resources,
+                            attempts: attempt,
+                            elapsed,
+                            ttl: req.ttl,
+                        },
+                    });
+                }
+                tokio::time::sleep(pause).await;
+            }
+        }
+        .instrument(span)
+        .await
     }
 }

@@ -11,6 +11,9 @@
 //!   skipped rather than written after a reconnect;
 //! - `fail_fast`: while a node is disconnected its commands fail at once instead of queueing;
 //! - the command queue is bounded.
+//!
+//! Owns: the fred client of one node, its per-command options, reply decoding into votes.
+//! Must not: count votes across nodes (quorum) or decide anything about a lock (redlock).
 
 use std::sync::Arc;
 use std::time::Duration;

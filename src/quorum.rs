@@ -5,6 +5,9 @@
 //! never adds its timeout to the latency. Commands still running at that point are not dropped:
 //! they are driven to completion in a background task, so fred's own per-command timeout stays in
 //! charge of them and whatever they chain (a release after a late grant) still happens in order.
+//!
+//! Owns: fan-out, the quorum tally, drift and validity arithmetic. Must not: know what a
+//! command does or parse replies (it is generic over the per-node futures).
 
 use std::future::Future;
 use std::pin::Pin;

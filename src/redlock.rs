@@ -1,16 +1,17 @@
 //! Redlock itself: acquire with retries, try_acquire, inspect; and the extend/release rounds
 //! that [`Lock`] runs. The algorithm lives here and nowhere else; it never parses a reply
 //! (that is [`crate::node`]) and never counts votes by hand (that is [`crate::quorum`]).
+//!
+//! Owns: [`Redlock`] and its shared state, one acquire attempt (with its clean-up), the extend and
+//! release rounds, background releases. Must not: parse replies (node), count votes by hand
+//! (quorum), or build a `Lock` (the layer above does, from a `Grant`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::Instrument;
 
-use crate::config::{Builder, Retry};
-use crate::error::{Error, InvalidInput, Names, NodeError, NotHeldReason, Result, Vote, Votes};
-use crate::lock::Lock;
+use crate::error::{Error, InvalidInput, Names, NotHeldReason, Result, Vote, Votes};
 use crate::node::{Held, Node};
 use crate::quorum::{self, fan_out, quorum_known, votes, Late, Outcome};
 
@@ -71,10 +72,58 @@ impl Drop for BackgroundGuard {
     }
 }
 
+/// How [`Redlock::acquire`] retries while the lock is held by someone else or nodes fail.
+///
+/// Between attempts it sleeps `delay` plus a uniformly random extra of up to `jitter`, so that
+/// contenders spread out instead of colliding again. There is no sleep after the last attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// Every attempt counts, the first included: 1 = a single try. Must be at least 1.
+    pub attempts: u32,
+    /// Fixed part of the pause between attempts.
+    pub delay: Duration,
+    /// Random extra pause, uniform in `[0, jitter]`.
+    pub jitter: Duration,
+}
+
+impl Default for Retry {
+    /// 10 attempts, 200 ms apart plus up to 100 ms of jitter (at most about 2.7 s of waiting).
+    fn default() -> Self {
+        Retry {
+            attempts: 10,
+            delay: Duration::from_millis(200),
+            jitter: Duration::from_millis(100),
+        }
+    }
+}
+
+impl Retry {
+    /// A single attempt, no waiting.
+    pub const fn once() -> Self {
+        Retry {
+            attempts: 1,
+            delay: Duration::ZERO,
+            jitter: Duration::ZERO,
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), InvalidInput> {
+        if self.attempts == 0 {
+            return Err(InvalidInput::ZeroAttempts);
+        }
+        if self.delay.checked_add(self.jitter).is_none()
+            || self.delay + self.jitter > Duration::from_secs(86_400 * 365)
+        {
+            return Err(InvalidInput::RetryTooLarge);
+        }
+        Ok(())
+    }
+}
+
 /// One or several resource names: `&str`, `String`, arrays, slices and vectors of them.
 ///
 /// Several resources are locked all or nothing (one script per node). Names are sorted and
-/// de-duplicated; [`Lock::resources`] returns that normalised list.
+/// de-duplicated; [`Lock::resources`](crate::Lock::resources) returns that normalised list.
 pub trait Resources {
     /// The resource names, as given.
     fn into_names(self) -> Vec<String>;
@@ -112,94 +161,30 @@ impl<T: AsRef<str>> Resources for Vec<T> {
 }
 
 /// A validated acquire request: the same for every attempt of one call.
-struct Request {
-    resources: Vec<String>,
+pub(crate) struct Request {
+    pub(crate) resources: Vec<String>,
     keys: Vec<String>,
-    ttl: Duration,
+    pub(crate) ttl: Duration,
     ttl_ms: u64,
     validity: Duration,
     timeout: Duration,
 }
 
 /// Why one attempt did not produce a lock.
-enum Failure {
+pub(crate) enum Failure {
     Contended(Votes),
     Unavailable(Votes),
     Expired(Duration),
 }
 
-/// What one node says about a resource, from [`Redlock::inspect`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeView {
-    /// The node, as `host:port/db`.
-    pub node: String,
-    /// `Ok(None)`: free here; `Ok(Some(holder))`: held here; `Err`: this node could not say.
-    pub state: std::result::Result<Option<Holder>, NodeError>,
-}
-
-/// A value found at a lock key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Holder {
-    /// The token stored at the key (a fredlock token, or whatever else someone put there).
-    pub token: String,
-    /// Time left before the key expires on that node; `None` when the key has no expiry.
-    pub ttl: Option<Duration>,
-}
-
-/// Who holds a resource, node by node. See [`Redlock::inspect`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Inspection {
-    /// The resource inspected.
-    pub resource: String,
-    /// How many nodes make a quorum.
-    pub quorum: usize,
-    /// Each configured node's view, in configuration order.
-    pub nodes: Vec<NodeView>,
-}
-
-impl Inspection {
-    /// The token held on at least a quorum of nodes, if any: the current owner.
-    pub fn holder(&self) -> Option<&str> {
-        let tokens = self.nodes.iter().filter_map(|n| match &n.state {
-            Ok(Some(h)) => Some(h.token.as_str()),
-            _ => None,
-        });
-        let mut counts: Vec<(&str, usize)> = Vec::new();
-        for t in tokens {
-            match counts.iter_mut().find(|(k, _)| *k == t) {
-                Some((_, c)) => *c += 1,
-                None => counts.push((t, 1)),
-            }
-        }
-        counts
-            .into_iter()
-            .find(|&(_, c)| c >= self.quorum)
-            .map(|(t, _)| t)
-    }
-
-    /// True when every node answered and none holds the key.
-    pub fn is_free(&self) -> bool {
-        self.nodes.iter().all(|n| matches!(n.state, Ok(None)))
-    }
-
-    /// The largest remaining TTL among the nodes that hold `token`.
-    pub fn remaining(&self, token: &str) -> Option<Duration> {
-        self.nodes
-            .iter()
-            .filter_map(|n| match &n.state {
-                Ok(Some(h)) if h.token == token => h.ttl,
-                _ => None,
-            })
-            .max()
-    }
+/// One attempt's grant: the keys and token, and the validity window `[t0, deadline]`.
+pub(crate) struct Grant {
+    pub(crate) held: Arc<Held>,
+    pub(crate) t0: Instant,
+    pub(crate) deadline: Instant,
 }
 
 impl Redlock {
-    /// Starts a [`Builder`].
-    pub fn builder() -> Builder {
-        Builder::default()
-    }
-
     pub(crate) fn from_inner(inner: Inner) -> Redlock {
         Redlock {
             inner: Arc::new(inner),
@@ -242,109 +227,7 @@ impl Redlock {
         format!("{}{}", self.inner.key_prefix, resource)
     }
 
-    /// Acquires `resources` (one name, or several all-or-nothing) for `ttl`, retrying per the
-    /// configured [`Retry`] while it is held elsewhere or nodes fail.
-    ///
-    /// Each attempt sends one command per node at once and decides as soon as a quorum granted
-    /// or can no longer grant; the lock's validity is counted from before the first command.
-    /// A failed attempt releases on every node that granted or did not answer.
-    ///
-    /// Errors: [`Error::Contended`], [`Error::Unavailable`], [`Error::ValidityExpired`] after
-    /// the last attempt; [`Error::InvalidInput`] at once.
-    ///
-    /// Cancellation: dropping the future at any point releases in the background whatever the
-    /// current attempt may have set, on every node (the release is queued behind that node's
-    /// `SET` on the same connection, so it lands after it). Nothing stays locked for a TTL.
-    pub async fn acquire(&self, resources: impl Resources, ttl: Duration) -> Result<Lock> {
-        self.acquire_inner(resources.into_names(), ttl, self.inner.retry, None)
-            .await
-    }
-
-    /// Like [`acquire`](Self::acquire), but retries until `wait` has passed instead of for a
-    /// number of attempts: the policy's pauses (`delay` + `jitter`) apply, its `attempts` does
-    /// not. No attempt starts after `wait`, and an attempt lasts at most one per-node timeout (a
-    /// failed attempt's clean-up release is sent, not awaited), so the call returns within `wait`
-    /// plus one per-node timeout. `Duration::ZERO` makes exactly one attempt; `Duration::MAX`
-    /// waits without a limit (until granted, or until the future is dropped).
-    ///
-    /// Cancellation: as for [`acquire`](Self::acquire).
-    pub async fn acquire_with(
-        &self,
-        resources: impl Resources,
-        ttl: Duration,
-        wait: Duration,
-    ) -> Result<Lock> {
-        self.acquire_inner(resources.into_names(), ttl, self.inner.retry, Some(wait))
-            .await
-    }
-
-    /// One attempt, no retry. `Ok(None)` when the lock is held by someone else (contention is not
-    /// an error here); errors when nodes are unreachable or the validity ran out.
-    ///
-    /// Cancellation: as for [`acquire`](Self::acquire).
-    pub async fn try_acquire(
-        &self,
-        resources: impl Resources,
-        ttl: Duration,
-    ) -> Result<Option<Lock>> {
-        match self
-            .acquire_inner(resources.into_names(), ttl, Retry::once(), None)
-            .await
-        {
-            Ok(lock) => Ok(Some(lock)),
-            Err(Error::Contended { .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Reads who holds `resource` on every node (value and remaining TTL), atomically per node.
-    /// Waits for every node, each bounded by the per-node timeout (default 500 ms here).
-    /// Never changes anything.
-    ///
-    /// Cancellation: safe at any point (read-only).
-    pub async fn inspect(&self, resource: &str) -> Result<Inspection> {
-        if resource.is_empty() {
-            return Err(InvalidInput::EmptyResource.into());
-        }
-        let key = self.key(resource);
-        let timeout = self
-            .inner
-            .node_timeout
-            .unwrap_or(Duration::from_millis(500));
-        let calls = self
-            .inner
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (i, n.clone().inspect(key.clone(), timeout)));
-        let answers = fan_out(self.inner.nodes.len(), calls, None, Late::Drop, |_| false).await;
-        let nodes = answers
-            .into_iter()
-            .zip(&self.inner.nodes)
-            .map(|(answer, node)| NodeView {
-                node: node.name.clone(),
-                state: match answer {
-                    Some(Ok(found)) => Ok(found.map(|(token, pttl)| Holder {
-                        token,
-                        ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-                    })),
-                    Some(Err(e)) => Err(e),
-                    None => Err(NodeError {
-                        node: node.name.clone(),
-                        kind: crate::error::NodeErrorKind::Timeout,
-                        message: "no answer".into(),
-                    }),
-                },
-            })
-            .collect();
-        Ok(Inspection {
-            resource: resource.to_string(),
-            quorum: self.inner.quorum,
-            nodes,
-        })
-    }
-
-    fn request(&self, names: Vec<String>, ttl: Duration) -> Result<Request> {
+    pub(crate) fn request(&self, names: Vec<String>, ttl: Duration) -> Result<Request> {
         if names.is_empty() {
             return Err(InvalidInput::NoResources.into());
         }
@@ -367,73 +250,8 @@ impl Redlock {
         })
     }
 
-    async fn acquire_inner(
-        &self,
-        names: Vec<String>,
-        ttl: Duration,
-        retry: Retry,
-        wait: Option<Duration>,
-    ) -> Result<Lock> {
-        let req = self.request(names, ttl)?;
-        let span = tracing::debug_span!(
-            "fredlock.acquire",
-            resources = ?req.resources,
-            ttl_ms = req.ttl_ms,
-            attempt = tracing::field::Empty,
-            granted = tracing::field::Empty,
-            failed = tracing::field::Empty,
-            elapsed_us = tracing::field::Empty,
-            remaining_ms = tracing::field::Empty,
-        );
-        async move {
-            // `None` with a wait: no limit (the wait does not fit on the clock).
-            let give_up = wait.and_then(|w| Instant::now().checked_add(w));
-            let mut attempt: u32 = 0;
-            loop {
-                attempt = attempt.saturating_add(1);
-                let failure = match self.attempt(&req).await {
-                    Ok(lock) => {
-                        let span = tracing::Span::current();
-                        span.record("attempt", attempt);
-                        span.record("remaining_ms", lock.remaining().as_millis() as u64);
-                        tracing::debug!("acquired");
-                        return Ok(lock);
-                    }
-                    Err(failure) => failure,
-                };
-                let pause = retry.delay + random_up_to(retry.jitter);
-                let out_of_time = give_up
-                    .is_some_and(|g| Instant::now().checked_add(pause).is_none_or(|t| t >= g));
-                let out_of_attempts = wait.is_none() && attempt >= retry.attempts;
-                if out_of_attempts || out_of_time {
-                    tracing::Span::current().record("attempt", attempt);
-                    let resources = Names(req.resources.clone());
-                    return Err(match failure {
-                        Failure::Contended(votes) => Error::Contended {
-                            resources,
-                            attempts: attempt,
-                            votes,
-                        },
-                        Failure::Unavailable(votes) => {
-                            self.inner.unavailable(resources, attempt, votes)
-                        }
-                        Failure::Expired(elapsed) => Error::ValidityExpired {
-                            resources,
-                            attempts: attempt,
-                            elapsed,
-                            ttl: req.ttl,
-                        },
-                    });
-                }
-                tokio::time::sleep(pause).await;
-            }
-        }
-        .instrument(span)
-        .await
-    }
-
     /// One Redlock attempt with a fresh token.
-    async fn attempt(&self, req: &Request) -> std::result::Result<Lock, Failure> {
+    pub(crate) async fn attempt(&self, req: &Request) -> std::result::Result<Grant, Failure> {
         let held = Arc::new(Held {
             keys: req.keys.clone(),
             token: new_token(),
@@ -474,14 +292,7 @@ impl Redlock {
         let granted = quorum::outcome(&votes.0) == Outcome::Reached;
         if granted && now < deadline {
             guard.inner = None;
-            return Ok(Lock::new(
-                self.clone(),
-                held,
-                req.resources.clone(),
-                req.ttl,
-                t0,
-                deadline,
-            ));
+            return Ok(Grant { held, t0, deadline });
         }
         // Release wherever our token may be: nodes that granted, failed or did not answer. The
         // release is handed to each node's connection (queued behind that node's SET, so it
@@ -686,28 +497,5 @@ mod tests {
             assert!(random_up_to(Duration::from_millis(5)) <= Duration::from_millis(5));
         }
         assert_eq!(random_up_to(Duration::ZERO), Duration::ZERO);
-    }
-
-    #[test]
-    fn holder_needs_a_quorum() {
-        let view = |t: Option<&str>| NodeView {
-            node: "n".into(),
-            state: Ok(t.map(|t| Holder {
-                token: t.into(),
-                ttl: Some(Duration::from_secs(1)),
-            })),
-        };
-        let i = Inspection {
-            resource: "r".into(),
-            quorum: 2,
-            nodes: vec![view(Some("a")), view(Some("b")), view(None)],
-        };
-        assert_eq!(i.holder(), None);
-        assert!(!i.is_free());
-        let i = Inspection {
-            nodes: vec![view(Some("a")), view(Some("a")), view(None)],
-            ..i
-        };
-        assert_eq!(i.holder(), Some("a"));
     }
 }

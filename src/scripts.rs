@@ -13,6 +13,8 @@
 //!
 //! All scripts touch only their `KEYS`, so a Redis Cluster used as one node works when the keys
 //! share a hash slot (use hash tags such as `{account}:1`).
+//!
+//! Owns: the script bodies and their hashes. Must not: send anything (the node layer does).
 
 /// A script and its SHA1, computed once.
 #[derive(Debug)]

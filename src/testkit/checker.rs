@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::redlock::Inspection;
+use crate::Inspection;
 use crate::{Lock, LockHandle};
 
 /// Identifies one grant (one acquisition) recorded by a [`Checker`].
@@ -1179,7 +1179,7 @@ mod tests {
     //! is found; a clean history has none.
     use super::*;
     use crate::error::{NodeError, NodeErrorKind};
-    use crate::redlock::{Holder, NodeView};
+    use crate::{Holder, NodeView};
 
     const TTL: Duration = Duration::from_millis(500);
 
