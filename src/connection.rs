@@ -88,6 +88,8 @@ pub(crate) struct State {
     /// The latest connection failure, cleared on (re)connect.
     cause: Mutex<Option<(NodeErrorKind, String)>>,
     closed: watch::Sender<bool>,
+    /// fred's connection task runs (a first connection succeeded, or the client came connected).
+    started: std::sync::atomic::AtomicBool,
     servers: Arc<Servers>,
 }
 
@@ -100,8 +102,14 @@ impl State {
             identity: watch::Sender::new(Identity::Unknown),
             cause: Mutex::new(None),
             closed: watch::Sender::new(false),
+            started: Default::default(),
             servers,
         })
+    }
+
+    /// Whether fred's connection task runs for this client.
+    pub(crate) fn started(&self) -> bool {
+        self.started.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Stops the connect loop.
@@ -301,6 +309,9 @@ async fn run(client: Client, state: Arc<State>) {
     } else {
         None
     };
+    state
+        .started
+        .store(true, std::sync::atomic::Ordering::Release);
     state.set_cause(None);
     identify(&client, &state).await;
     if warned {

@@ -40,6 +40,8 @@ pub(crate) struct Node {
     pub(crate) addr: String,
     /// Whether fredlock created the client (and so quits it when the Redlock is dropped).
     owned: bool,
+    /// QUIT was sent (by `close`): a second one makes fred warn about a stopped client.
+    quit: std::sync::atomic::AtomicBool,
     /// What the connect loop knows: link, identity, latest cause of failure.
     pub(crate) state: Arc<State>,
 }
@@ -53,7 +55,7 @@ impl std::fmt::Debug for Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.state.close();
-        if self.owned {
+        if self.should_quit() {
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 let client = self.client.clone();
                 rt.spawn(async move {
@@ -120,11 +122,20 @@ impl Node {
             name,
             addr,
             owned: false,
+            quit: Default::default(),
         }
     }
 
     pub(crate) fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// QUIT once, and only a client of ours whose connection task runs: fred warns about a QUIT
+    /// to a client that never connected or was already quit.
+    fn should_quit(&self) -> bool {
+        self.owned
+            && self.state.started()
+            && !self.quit.swap(true, std::sync::atomic::Ordering::AcqRel)
     }
 
     /// Starts fredlock's connect loop (see [`connection::spawn`]); never waits. A service can
@@ -137,7 +148,7 @@ impl Node {
     /// queued (so queued releases are answered first).
     pub(crate) async fn close(&self) {
         self.state.close();
-        if self.owned {
+        if self.should_quit() {
             let _ = self.client.quit().await;
         }
     }

@@ -317,11 +317,16 @@ async fn with_lock_reports_the_loss_at_the_deadline() {
     }
 }
 
-/// `close()` then drop: nothing at WARN (a clean shutdown is not a problem to report).
+/// `close()` then drop: nothing at WARN (a clean shutdown is not a problem to report), neither
+/// from fredlock (`tracing`) nor from fred (`log`). Before, the drop sent a second QUIT and fred
+/// warned "Attempted to quit client that was already stopped." once per node.
 #[tokio::test]
 async fn close_then_drop_is_quiet() {
     let warnings = Arc::new(Mutex::new(Vec::new()));
     let _default = tracing::subscriber::set_default(Capture(warnings.clone()));
+    *LOG_SINK.lock().unwrap() = Some((std::thread::current().id(), warnings.clone()));
+    let _ = log::set_logger(&LogCapture);
+    log::set_max_level(log::LevelFilter::Warn);
     {
         let (_nodes, redlock) = local_with(3, |b| b).await;
         let lock = redlock
@@ -333,8 +338,37 @@ async fn close_then_drop_is_quiet() {
         drop(redlock);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    LOG_SINK.lock().unwrap().take();
     let warnings = warnings.lock().unwrap();
     assert!(warnings.is_empty(), "{warnings:?}");
+}
+
+/// Where `LogCapture` puts fred's `log` records at WARN or above, while a test listens: only
+/// records from the listening test's own thread (other tests run in parallel; this one runs on a
+/// current-thread runtime, so its clients log on its thread).
+#[allow(clippy::type_complexity)]
+static LOG_SINK: Mutex<Option<(std::thread::ThreadId, Arc<Mutex<Vec<String>>>)>> = Mutex::new(None);
+
+struct LogCapture;
+
+impl log::Log for LogCapture {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::Level::Warn
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        if record.level() <= log::Level::Warn {
+            let sink = LOG_SINK.lock().unwrap();
+            if let Some((_, sink)) = sink
+                .as_ref()
+                .filter(|(thread, _)| *thread == std::thread::current().id())
+            {
+                sink.lock()
+                    .unwrap()
+                    .push(format!("{}: {}", record.target(), record.args()));
+            }
+        }
+    }
+    fn flush(&self) {}
 }
 
 fn free_port() -> u16 {

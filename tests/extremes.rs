@@ -169,6 +169,8 @@ fn builder_setters_never_panic() {
                 input_or_ok(&built) || matches!(built, Err(Error::Connect { .. })),
                 "{built:?}"
             );
+            // Without waiting, the nodes may not be connected yet when the acquire runs.
+            let not_connected_yet = connect_wait < Duration::from_millis(100);
             if let Ok(redlock) = built {
                 // One attempt: the retry pause of a valid policy may be a year long.
                 let r = redlock.try_acquire(common::unique("b").as_str(), ttl).await;
@@ -176,7 +178,7 @@ fn builder_setters_never_panic() {
                 let tiny_timeout = node_timeout < Duration::from_millis(2);
                 prop_assert!(
                     input_ok_or_too_short(&r, ttl)
-                        || (tiny_timeout
+                        || ((tiny_timeout || not_connected_yet)
                             && matches!(r, Err(Error::Unavailable { .. } | Error::ValidityExpired { .. }))),
                     "{r:?}"
                 );
@@ -294,5 +296,41 @@ fn election_ttl_never_panics() {
             }
             Ok(())
         })?;
+    });
+}
+
+/// The "no limit" waits, every time (the random strategies reach them only now and then):
+/// `connect_wait`, `acquire_with`'s wait, `WithLock::wait` and `max_hold` at `Duration::MAX`.
+#[test]
+fn no_limit_waits() {
+    let w = world();
+    w.rt.block_on(async {
+        let redlock = Redlock::builder()
+            .nodes(w.urls.clone())
+            .connect_wait(Duration::MAX)
+            .require_quorum(true)
+            .build()
+            .await
+            .expect("waits for a quorum, which is up");
+        let ttl = Duration::from_secs(5);
+        let lock = redlock
+            .acquire_with(common::unique("m").as_str(), ttl, Duration::MAX)
+            .await
+            .expect("free: granted at once");
+        let guard = lock
+            .keep_alive_with(KeepAliveOptions::default().max_hold(Duration::MAX))
+            .expect("no budget");
+        assert!(!guard.is_lost());
+        guard.release().await.expect("release");
+        let options = WithLock {
+            wait: Some(Duration::MAX),
+            ..Default::default()
+        };
+        let out = redlock
+            .with_lock_using(common::unique("mw").as_str(), ttl, options, |_| async { 7 })
+            .await
+            .expect("granted");
+        assert_eq!(out, 7);
+        redlock.close().await;
     });
 }
