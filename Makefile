@@ -1,32 +1,31 @@
 # The commands a newcomer needs. Each installs redis-server when it is missing.
 CARGO ?= cargo
-FEATURES := --features testkit
 
 .PHONY: demo test bench scheduler errors lint redis-server
 
 ## make demo: several processes increment one counter under the lock (then without it: --no-lock)
 demo: redis-server
-	$(CARGO) run --quiet $(FEATURES) --example critical_section
-	$(CARGO) run --quiet $(FEATURES) --example critical_section -- --no-lock
+	$(CARGO) run --quiet --example critical_section
+	$(CARGO) run --quiet --example critical_section -- --no-lock
 
 ## make test: unit tests, doc tests and every integration test against real redis-server nodes
 test: redis-server
-	$(CARGO) test --all-features
+	$(CARGO) test --workspace --all-features
 
 ## make bench: latency and throughput against a raw fred floor, on local nodes
 bench: redis-server
-	$(CARGO) run --release $(FEATURES) --example bench -- $(BENCH_ARGS)
+	$(CARGO) run --release --example bench -- $(BENCH_ARGS)
 
 ## make scheduler: three scheduler processes elect a leader; the leader is killed; another takes over
 scheduler: redis-server
-	$(CARGO) run --quiet $(FEATURES) --example scheduler
+	$(CARGO) run --quiet --example scheduler
 
 ## make torture: fault-injection torture run with a safety checker, N=3 then N=5, plus the negative
 ## controls (SECS=600 in all; SEED empty = a random seed, printed for replay). Exit 1 on a violation.
 SECS ?= 600
 SEED ?=
 torture: redis-server
-	$(CARGO) run --release $(FEATURES) --example torture -- --secs $(SECS) --seed "$(SEED)"
+	$(CARGO) run --release --example torture -- --secs $(SECS) --seed "$(SEED)"
 
 ## make errors: provoke every error against local nodes and print each message (README's table)
 errors: redis-server
@@ -35,7 +34,7 @@ errors: redis-server
 ## make lint: what CI checks besides the tests
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets --all-features -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 
 # The tests start their own redis-server processes; they only need the binary.
 redis-server:

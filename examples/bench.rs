@@ -1,7 +1,7 @@
 //! fredlock against a raw-fred floor, on the same nodes, in one run.
 //!
 //! ```text
-//! cargo run --release --features testkit --example bench [-- --quick]
+//! cargo run --release --example bench [-- --quick]
 //! ```
 //!
 //! Starts 3 local `redis-server` nodes (or uses `FREDLOCK_NODES=url,url,url`) and prints one
@@ -42,8 +42,8 @@ use fredlock::fred::clients::Client;
 use fredlock::fred::prelude::{
     ClientLike, Config, Expiration, KeysInterface, LuaInterface, ReconnectPolicy, SetOptions, Value,
 };
-use fredlock::testkit::{self, Blackhole, Fault, FaultProxy, TestNodes};
 use fredlock::{NodeErrorKind, Redlock, ReleaseReport, Vote};
+use fredlock_testkit::{self as testkit, Blackhole, Fault, FaultProxy, TestNodes};
 use futures::future::join_all;
 use hdrhistogram::Histogram;
 
@@ -450,9 +450,7 @@ fn parse_args() -> Plan {
         match arg.as_str() {
             "--quick" => plan = Plan::quick(),
             "-h" | "--help" => {
-                println!(
-                    "usage: cargo run --release --features testkit --example bench [-- --quick]"
-                );
+                println!("usage: cargo run --release --example bench [-- --quick]");
                 std::process::exit(0);
             }
             other => {
@@ -580,7 +578,7 @@ async fn keep_alive_load(
 async fn main() {
     let plan = parse_args();
     let command = format!(
-        "cargo run --release --features testkit --example bench{}",
+        "cargo run --release --example bench{}",
         if plan.quick { " -- --quick" } else { "" }
     );
     let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());

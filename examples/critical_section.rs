@@ -6,14 +6,14 @@
 //! increment is lost. Under the lock they take turns, so none is lost.
 //!
 //! ```text
-//! cargo run --example critical_section --features testkit               # with the lock
-//! cargo run --example critical_section --features testkit -- --no-lock  # watch updates get lost
-//! cargo run --example critical_section --features testkit -- --workers 8 --increments 25
+//! cargo run --example critical_section               # with the lock
+//! cargo run --example critical_section -- --no-lock  # watch updates get lost
+//! cargo run --example critical_section -- --workers 8 --increments 25
 //! ```
 //!
 //! Nodes: the URLs in `FREDLOCK_NODES` (comma-separated, e.g. the three nodes of the project's
 //! `docker-compose.yml`) when set; otherwise three local `redis-server` processes started for
-//! the run (the `testkit` feature) and stopped at the end.
+//! the run (the `fredlock-testkit` crate) and stopped at the end.
 //!
 //! How it is put together: the parent process resets the counter, starts copies of itself with
 //! `--worker`, waits until every worker is connected, then releases them all at once (over
@@ -201,7 +201,7 @@ impl Stats {
 }
 
 async fn worker(p: &Params) -> Result<(), BoxError> {
-    let urls = fredlock::testkit::env_nodes()
+    let urls = fredlock_testkit::env_nodes()
         .ok_or("FREDLOCK_NODES is not set (workers are started by the parent)")?;
     let redlock = Redlock::builder().nodes(urls).retry(RETRY).build().await?;
     let client = redlock.client(0).ok_or("no node configured")?;
@@ -285,10 +285,10 @@ async fn parent(p: &Params) -> ExitCode {
 
 async fn run(p: &Params) -> Result<ExitCode, BoxError> {
     // Keep `local` alive until the end: dropping it stops the local redis-server processes.
-    let (urls, local) = match fredlock::testkit::env_nodes() {
+    let (urls, local) = match fredlock_testkit::env_nodes() {
         Some(urls) => (urls, None),
         None => {
-            let nodes = fredlock::testkit::LocalNodes::start(3)
+            let nodes = fredlock_testkit::LocalNodes::start(3)
                 .await
                 .map_err(|e| format!("starting local redis-server nodes: {e}"))?;
             (nodes.urls(), Some(nodes))

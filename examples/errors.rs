@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use fredlock::testkit::{FaultProxy, LocalNodes};
 use fredlock::{Error, KeepAliveOptions, Redlock, Retry};
+use fredlock_testkit::{FaultProxy, LocalNodes};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -14,14 +14,14 @@
 //! leader at a time.
 //!
 //! ```text
-//! cargo run --features testkit --example scheduler
+//! cargo run --example scheduler
 //! FREDLOCK_NODES=redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003 \
-//!     cargo run --features testkit --example scheduler
+//!     cargo run --example scheduler
 //! ```
 //!
 //! Nodes: the URLs in `FREDLOCK_NODES` (comma-separated, e.g. the three nodes of the project's
 //! `docker-compose.yml`) when set; otherwise three local `redis-server` processes started for
-//! the run (the `testkit` feature) and stopped at the end.
+//! the run (the `fredlock-testkit` crate) and stopped at the end.
 //!
 //! How it is put together: the parent starts copies of itself with `--worker ID`, waits until
 //! every worker is connected, then starts them all at once (a `go` line on their stdin). Each
@@ -222,7 +222,7 @@ enum Stop {
 
 async fn worker(id: &str) -> Result<(), BoxError> {
     let _: usize = id.parse().map_err(|_| format!("bad worker id {id:?}"))?;
-    let urls = fredlock::testkit::env_nodes()
+    let urls = fredlock_testkit::env_nodes()
         .ok_or("FREDLOCK_NODES is not set (workers are started by the parent)")?;
     let redlock = Redlock::builder().nodes(urls).retry(RETRY).build().await?;
 
@@ -383,10 +383,10 @@ async fn parent() -> ExitCode {
 
 async fn run() -> Result<ExitCode, BoxError> {
     // Keep `local` alive until the end: dropping it stops the local redis-server processes.
-    let (urls, local) = match fredlock::testkit::env_nodes() {
+    let (urls, local) = match fredlock_testkit::env_nodes() {
         Some(urls) => (urls, None),
         None => {
-            let nodes = fredlock::testkit::LocalNodes::start(3)
+            let nodes = fredlock_testkit::LocalNodes::start(3)
                 .await
                 .map_err(|e| format!("starting local redis-server nodes: {e}"))?;
             (nodes.urls(), Some(nodes))

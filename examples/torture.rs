@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! make torture SECS=600 SEED=12345        # both N, 300 s each, then the controls
-//! cargo run --release --features testkit --example torture -- --secs 120 --seed 7
-//! cargo run --release --features testkit --example torture -- --secs 60 --nodes 5 --clients 6 --resources 2
+//! cargo run --release --example torture -- --secs 120 --seed 7
+//! cargo run --release --example torture -- --secs 60 --nodes 5 --clients 6 --resources 2
 //! ```
 //!
 //! Without `--nodes`, the time is split between a run on 3 nodes and one on 5. Without
@@ -16,7 +16,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use fredlock::testkit::torture::{self, TortureConfig};
+use fredlock_testkit::torture::{self, TortureConfig};
 
 struct Args {
     secs: u64,
@@ -99,7 +99,7 @@ async fn main() -> ExitCode {
     };
     let per_run = Duration::from_secs(args.secs / node_counts.len() as u64);
     println!(
-        "torture: seed {seed}, {} s per run, N = {node_counts:?} (replay all: `cargo run --release --features testkit --example torture -- --secs {} --seed {seed}`)",
+        "torture: seed {seed}, {} s per run, N = {node_counts:?} (replay all: `cargo run --release --example torture -- --secs {} --seed {seed}`)",
         per_run.as_secs(),
         args.secs
     );

@@ -51,8 +51,8 @@
 //! 6. `with_lock` ([`Redlock::with_lock`]), `election` ([`Election`]).
 //! 7. [`config`]: the builder; validates, then constructs. Nothing imports it back.
 //!
-//! `testkit` (feature `testkit`): local `redis-server` nodes, node control, a fault proxy, the
-//! safety checker and the torture run; test machinery, not part of the lock.
+//! The test machinery (local `redis-server` nodes, node control, a fault proxy, the safety checker
+//! and the torture run) lives in the `fredlock-testkit` crate beside this one, not in the library.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
@@ -68,9 +68,6 @@ mod node;
 mod quorum;
 mod redlock;
 mod scripts;
-#[cfg(feature = "testkit")]
-#[allow(unsafe_code)] // signals (SIGSTOP, SIGKILL) and SO_LINGER need libc
-pub mod testkit;
 mod with_lock;
 
 pub use config::{Builder, Retry};

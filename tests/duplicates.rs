@@ -7,8 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::unique;
-use fredlock::testkit::{Fault, FaultProxy, LocalNodes};
 use fredlock::{Error, InvalidInput, NodeErrorKind, Redlock, Retry, Vote};
+use fredlock_testkit::{Fault, FaultProxy, LocalNodes};
 
 /// Before: `/0` and `/1` of one server were two nodes, and with the third node down ONE server
 /// granted a "majority".

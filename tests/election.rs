@@ -8,8 +8,8 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fredlock::testkit::{Fault, FaultProxy, LocalNodes};
 use fredlock::{Election, Retry, Role};
+use fredlock_testkit::{Fault, FaultProxy, LocalNodes};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_millis(500);

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{behind_proxies, local_with, unique};
-use fredlock::testkit::{Fault, LocalNodes};
 use fredlock::{Error, NodeError, NodeErrorKind, Redlock, Retry, Vote};
+use fredlock_testkit::{Fault, LocalNodes};
 use tokio::time::Instant;
 
 const SECRET: &str = "hunter2-secret";

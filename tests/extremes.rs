@@ -10,8 +10,8 @@ mod common;
 
 use std::time::Duration;
 
-use fredlock::testkit::LocalNodes;
 use fredlock::{Error, KeepAliveOptions, LostReason, OnLost, Redlock, Retry, WithLock};
+use fredlock_testkit::LocalNodes;
 use proptest::prelude::*;
 
 fn durations() -> impl Strategy<Value = Duration> {

@@ -8,8 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use fredlock::testkit::Blackhole;
 use fredlock::{Error, Redlock, Retry, Vote};
+use fredlock_testkit::Blackhole;
 use tokio::time::Instant;
 
 /// Far above loopback latency, far below what a node timeout would cost.
@@ -61,7 +61,7 @@ async fn one_paused_node_costs_no_latency_and_is_cleaned_after_resume() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_node_costs_no_latency() {
-    let nodes = fredlock::testkit::LocalNodes::start(2).await.unwrap();
+    let nodes = fredlock_testkit::LocalNodes::start(2).await.unwrap();
     let silent = Blackhole::start().await.unwrap();
     let mut urls = nodes.urls();
     urls.push(silent.url());
@@ -226,7 +226,7 @@ async fn a_dropped_acquire_leaves_no_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn build_returns_during_an_outage_and_recovers() {
-    let mut nodes = fredlock::testkit::LocalNodes::start(3).await.unwrap();
+    let mut nodes = fredlock_testkit::LocalNodes::start(3).await.unwrap();
     nodes.kill(1).unwrap();
     nodes.kill(2).unwrap();
     let t = Instant::now();

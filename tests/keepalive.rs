@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use fredlock::testkit::{Fault, LocalNodes};
 use fredlock::{Error, KeepAliveOptions, LostReason};
+use fredlock_testkit::{Fault, LocalNodes};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -47,7 +47,7 @@ async fn max_hold_without_a_limit_keeps_the_lock_and_excludes_others() {
 fn a_task_that_ends_publishes_lost_first() {
     let nodes = {
         let rt = tokio::runtime::Runtime::new().expect("rt");
-        rt.block_on(fredlock::testkit::LocalNodes::start(3))
+        rt.block_on(fredlock_testkit::LocalNodes::start(3))
             .expect("nodes")
     };
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -7,7 +7,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use fredlock::testkit::torture::{self, FaultKind, TortureConfig};
+use fredlock_testkit::torture::{self, FaultKind, TortureConfig};
 
 const DEFAULT_SEED: u64 = 0x5EED_2024;
 const RUN: Duration = Duration::from_secs(25);

@@ -5,8 +5,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use fredlock::fred::prelude::KeysInterface;
-use fredlock::testkit::{self, LocalNodes, TestNodes};
 use fredlock::{Builder, Redlock, Retry};
+use fredlock_testkit::{self as testkit, LocalNodes, TestNodes};
 use tokio::time::Instant;
 
 /// Nodes plus a Redlock over them.
@@ -147,11 +147,11 @@ pub async fn raw(redlock: &Redlock, i: usize, args: &[&str]) -> fredlock::fred::
 pub async fn behind_proxies(
     nodes: &LocalNodes,
     tweak: impl FnOnce(Builder) -> Builder,
-) -> (Vec<fredlock::testkit::FaultProxy>, Redlock) {
+) -> (Vec<fredlock_testkit::FaultProxy>, Redlock) {
     let mut proxies = Vec::new();
     for i in 0..nodes.len() {
         proxies.push(
-            fredlock::testkit::FaultProxy::start(nodes.addr(i))
+            fredlock_testkit::FaultProxy::start(nodes.addr(i))
                 .await
                 .expect("proxy"),
         );

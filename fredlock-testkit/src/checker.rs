@@ -41,8 +41,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::Inspection;
-use crate::{Lock, LockHandle};
+use fredlock::Inspection;
+use fredlock::{Lock, LockHandle};
 
 /// Identifies one grant (one acquisition) recorded by a [`Checker`].
 pub type GrantId = u64;
@@ -1178,8 +1178,8 @@ mod tests {
     //! The checker must not be blind: each kind of violation, planted in a synthetic history,
     //! is found; a clean history has none.
     use super::*;
-    use crate::error::{NodeError, NodeErrorKind};
-    use crate::{Holder, NodeView};
+    use fredlock::{Holder, NodeView};
+    use fredlock::{NodeError, NodeErrorKind};
 
     const TTL: Duration = Duration::from_millis(500);
 

@@ -1,8 +1,10 @@
-//! Test support: real local Redis nodes, node control and network faults.
+//! Test support for fredlock: real local Redis nodes, node control and network faults, the
+//! safety checker and the torture run.
 //!
-//! Enabled by the `testkit` feature. Meant for this crate's own tests,
-//! examples and benchmarks, and for users who want to test their locking
-//! code against real, independent nodes that crash, stall or misbehave.
+//! A crate of its own (the way tokio keeps `tokio-test` beside `tokio`), so that the lock library
+//! carries none of it. Meant for fredlock's own tests, examples and benchmarks, and for users who
+//! want to test their locking code against real, independent nodes that crash, stall or
+//! misbehave: add `fredlock-testkit` as a dev-dependency.
 //!
 //! * [`LocalNodes`] starts N independent `redis-server` processes on free
 //!   loopback ports (no persistence, one temp dir each), and can
@@ -35,7 +37,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
-//! use fredlock::testkit::{Fault, FaultProxy, LocalNodes};
+//! use fredlock_testkit::{Fault, FaultProxy, LocalNodes};
 //!
 //! let mut nodes = LocalNodes::start(3).await?;
 //! nodes.set(0, "k", "v").await?;
@@ -50,6 +52,10 @@
 //! # Ok(())
 //! # }
 //! ```
+
+#![deny(missing_docs)]
+// Signals (SIGSTOP, SIGKILL) and SO_LINGER need libc.
+#![allow(unsafe_code)]
 
 pub mod checker;
 mod proxy;

@@ -1,4 +1,3 @@
-#![cfg(feature = "testkit")]
 //! Proves the testkit itself works against real `redis-server` processes:
 //! node lifecycle and control, the raw RESP client, and every proxy fault.
 
@@ -6,7 +5,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use fredlock::testkit::{
+use fredlock_testkit::{
     from_env_or_start, resp_command, Blackhole, Fault, FaultProxy, LocalNodes, RespValue,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

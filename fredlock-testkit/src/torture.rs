@@ -56,8 +56,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fred::clients::Client;
-use fred::prelude::{ClientLike, Config, KeysInterface, ReconnectPolicy, Value};
+use fredlock::fred::clients::Client;
+use fredlock::fred::prelude::{ClientLike, Config, KeysInterface, ReconnectPolicy, Value};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -68,7 +68,7 @@ use super::checker::{
     Checker, CheckerReport, DataValue, GrantId, GrantKind, NoteKind, ViolationKind,
 };
 use super::{Fault, FaultProxy, LocalNodes, RespValue};
-use crate::{Error, Inspection, Lock, LockHandle, LostReason, Redlock, Retry};
+use fredlock::{Error, Inspection, Lock, LockHandle, LostReason, Redlock, Retry};
 
 /// A node killed in the run comes back (empty) only after the maximum TTL plus this much:
 /// every key it held has expired everywhere by then, so its empty restart cannot help a second
@@ -136,7 +136,7 @@ impl TortureConfig {
             faults: FaultKind::ALL.to_vec(),
             node_timeout: Duration::from_millis(50),
             patient_node_timeout: Duration::from_millis(400),
-            drift_factor: crate::config::DEFAULT_DRIFT_FACTOR,
+            drift_factor: fredlock::config::DEFAULT_DRIFT_FACTOR,
             retry: Retry {
                 attempts: 3,
                 delay: Duration::from_millis(5),
@@ -734,7 +734,7 @@ fn io_err(e: impl std::fmt::Display) -> io::Error {
 /// replayed behind our back), a 2 s timeout as a safety net.
 async fn data_client(url: &str) -> io::Result<Client> {
     let config = Config::from_url(url).map_err(io_err)?;
-    let client = fred::types::Builder::from_config(config)
+    let client = fredlock::fred::types::Builder::from_config(config)
         .set_policy(ReconnectPolicy::new_constant(0, 50))
         .with_connection_config(|c| {
             c.max_command_attempts = 1;
@@ -2052,7 +2052,7 @@ impl ControlEnv {
             data,
             a,
             b,
-            checker: Checker::new(crate::config::DEFAULT_DRIFT_FACTOR),
+            checker: Checker::new(fredlock::config::DEFAULT_DRIFT_FACTOR),
         })
     }
 
