@@ -51,6 +51,7 @@ pub struct Builder {
     key_prefix: String,
     connect_wait: Duration,
     require_quorum: bool,
+    fencing_tokens: bool,
 }
 
 impl fmt::Debug for Builder {
@@ -64,6 +65,7 @@ impl fmt::Debug for Builder {
             .field("key_prefix", &self.key_prefix)
             .field("connect_wait", &self.connect_wait)
             .field("require_quorum", &self.require_quorum)
+            .field("fencing_tokens", &self.fencing_tokens)
             .finish()
     }
 }
@@ -78,6 +80,7 @@ impl Default for Builder {
             key_prefix: DEFAULT_KEY_PREFIX.to_string(),
             connect_wait: DEFAULT_CONNECT_WAIT,
             require_quorum: false,
+            fencing_tokens: false,
         }
     }
 }
@@ -160,6 +163,25 @@ impl Builder {
     /// acquires fail with [`Error::Unavailable`] until a quorum is reachable.
     pub fn require_quorum(mut self, strict: bool) -> Self {
         self.require_quorum = strict;
+        self
+    }
+
+    /// Hand out a fencing token with every lock (default off): [`crate::Lock::fencing_token`],
+    /// strictly increasing across successive holders of the same resource, for the protected
+    /// resource to check (reject any write with a token lower than the highest it has seen).
+    ///
+    /// How: each node keeps a counter per resource (key [`Redlock::fence_key`]), read by the
+    /// acquire script itself, so a grant never lacks its counter. The token is one more than
+    /// the largest counter among the granting nodes, and it is written back to a quorum (as a
+    /// maximum) before the lock is returned: any later grant's quorum overlaps that write and
+    /// goes higher. (Taking the largest of per-node `INCR`s instead repeats tokens.) Costs one
+    /// more round per acquire; extend and release never touch the counters.
+    ///
+    /// **Counters must survive restarts.** They never expire, so a delayed restart does not
+    /// protect them: run the nodes with `appendonly yes` and `appendfsync always`, or keep a node
+    /// that lost its data out of the fleet. One node restarting empty can make a token repeat.
+    pub fn fencing_tokens(mut self, enabled: bool) -> Self {
+        self.fencing_tokens = enabled;
         self
     }
 
@@ -251,6 +273,7 @@ impl Builder {
             drift_factor,
             node_timeout: self.node_timeout,
             key_prefix: self.key_prefix,
+            fencing: self.fencing_tokens,
             background: Default::default(),
         }))
     }

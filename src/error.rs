@@ -196,6 +196,33 @@ pub enum InvalidInput {
     /// A resource name was empty.
     #[error("empty resource name")]
     EmptyResource,
+    /// A resource name starting with `~`, which fredlock reserves for its own keys (fencing
+    /// counters, semaphore slots).
+    #[error("resource name {0:?} starts with '~', which is reserved for fredlock's own keys")]
+    ReservedResource(String),
+    /// A semaphore with zero permits.
+    #[error("a semaphore needs at least 1 permit")]
+    ZeroPermits,
+    /// A semaphore with more permits than fredlock supports per name.
+    #[error("a semaphore has at most {max} permits, {asked} asked")]
+    TooManyPermits {
+        /// The number asked for.
+        asked: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The semaphore name is already used with another number of permits on a quorum of
+    /// nodes. Changing the number of permits of a name is rejected: two numbers at once would
+    /// admit more holders than the smaller allows. Use a new name.
+    #[error("semaphore {name:?} is in use with {existing} permits, not {asked}: use a new name to change the number of permits")]
+    PermitsMismatch {
+        /// The semaphore.
+        name: String,
+        /// The number asked for.
+        asked: usize,
+        /// The number recorded on the nodes.
+        existing: String,
+    },
     /// A TTL of zero.
     #[error("TTL must be greater than zero")]
     ZeroTtl,

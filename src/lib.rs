@@ -48,7 +48,8 @@
 //! 3. `redlock`: the rounds: one acquire attempt, extend, release; [`Redlock`] and its shared state.
 //! 4. `lock` ([`Lock`] and the acquire retry loop that hands it out), `inspect` ([`Redlock::inspect`]).
 //! 5. `keepalive`: [`KeepAlive`], the background extension and the lost signal.
-//! 6. `with_lock` ([`Redlock::with_lock`]), `election` ([`Election`]).
+//! 6. `with_lock` ([`Redlock::with_lock`]), `election` ([`Election`]), `semaphore` ([`Semaphore`]:
+//!    at most N holders, each permit a quorum lock on one of N slots).
 //! 7. [`config`]: the builder; validates, then constructs. Nothing imports it back.
 //!
 //! The test machinery (local `redis-server` nodes, node control, a fault proxy, the safety checker
@@ -68,6 +69,7 @@ mod node;
 mod quorum;
 mod redlock;
 mod scripts;
+mod semaphore;
 mod with_lock;
 
 pub use config::{Builder, Retry};
@@ -80,6 +82,7 @@ pub use inspect::{Holder, Inspection, NodeView};
 pub use keepalive::{KeepAlive, KeepAliveOptions, LockHandle, Rejected};
 pub use lock::{Lock, ReleaseReport};
 pub use redlock::{Redlock, Resources};
+pub use semaphore::{Permit, Semaphore, SemaphoreInspection, MAX_PERMITS};
 pub use with_lock::{OnLost, WithLock};
 
 /// The fred crate fredlock is built on, re-exported so callers can build clients of the same version.

@@ -31,6 +31,8 @@ pub struct Lock {
     acquired_at: Instant,
     deadline: Instant,
     released: bool,
+    /// With fencing: one token per resource, in `resources` order.
+    fencing: Option<Vec<u64>>,
 }
 
 /// What [`Lock::release`] found on each node.
@@ -53,6 +55,7 @@ impl Lock {
         ttl: Duration,
         acquired_at: Instant,
         deadline: Instant,
+        fencing: Option<Vec<u64>>,
     ) -> Lock {
         Lock {
             redlock,
@@ -62,7 +65,23 @@ impl Lock {
             acquired_at,
             deadline,
             released: false,
+            fencing,
         }
+    }
+
+    /// The fencing token of this lock (of its first resource, for a multi-resource lock), when
+    /// the `Redlock` hands them out ([`fencing_tokens`](crate::Builder::fencing_tokens)).
+    /// Strictly larger than the token of every earlier holder of the resource, as long as a
+    /// majority of nodes keeps its data. Give it to the protected resource with every write; the
+    /// resource rejects a write whose token is lower than the highest it has seen, which stops
+    /// a holder that paused past its deadline.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing.as_ref().and_then(|t| t.first().copied())
+    }
+
+    /// Every resource's fencing token, in [`resources`](Self::resources) order.
+    pub fn fencing_tokens(&self) -> Option<&[u64]> {
+        self.fencing.as_deref()
     }
 
     /// The resources held (sorted, without duplicates), without the key prefix.
@@ -267,58 +286,81 @@ impl Redlock {
             elapsed_us = tracing::field::Empty,
             remaining_ms = tracing::field::Empty,
         );
-        async move {
-            // `None` with a wait: no limit (the wait does not fit on the clock).
-            let give_up = wait.and_then(|w| Instant::now().checked_add(w));
-            let mut attempt: u32 = 0;
-            loop {
-                attempt = attempt.saturating_add(1);
-                let failure = match self.attempt(&req).await {
-                    Ok(grant) => {
-                        let lock = Lock::new(
-                            self.clone(),
-                            grant.held,
-                            req.resources.clone(),
-                            req.ttl,
-                            grant.t0,
-                            grant.deadline,
-                        );
-                        let span = tracing::Span::current();
-                        span.record("attempt", attempt);
-                        span.record("remaining_ms", lock.remaining().as_millis() as u64);
-                        tracing::debug!("acquired");
-                        return Ok(lock);
-                    }
-                    Err(failure) => failure,
-                };
-                let pause = retry.delay + random_up_to(retry.jitter);
-                let out_of_time = give_up
-                    .is_some_and(|g| Instant::now().checked_add(pause).is_none_or(|t| t >= g));
-                let out_of_attempts = wait.is_none() && attempt >= retry.attempts;
-                if out_of_attempts || out_of_time {
-                    tracing::Span::current().record("attempt", attempt);
-                    let resources = Names(req.resources.clone());
-                    return Err(match failure {
-                        Failure::Contended(votes) => Error::Contended {
-                            resources,
-                            attempts: attempt,
-                            votes,
-                        },
-                        Failure::Unavailable(votes) => {
-                            self.inner.unavailable(resources, attempt, votes)
-                        }
-                        Failure::Expired(elapsed) => Error::ValidityExpired {
-                            resources,
-                            attempts: attempt,
-                            elapsed,
-                            ttl: req.ttl,
-                        },
-                    });
+        let attempt = || async {
+            let grant = self.attempt(&req).await?;
+            Ok(Lock::new(
+                self.clone(),
+                grant.held,
+                req.resources.clone(),
+                req.ttl,
+                grant.t0,
+                grant.deadline,
+                grant.fencing,
+            ))
+        };
+        let lock = self
+            .with_retries(retry, wait, &req.resources, ttl, attempt)
+            .instrument(span.clone())
+            .await?;
+        span.record("remaining_ms", lock.remaining().as_millis() as u64);
+        Ok(lock)
+    }
+
+    /// The retry loop of every acquire: runs `attempt` until it succeeds, or `retry.attempts`
+    /// attempts failed (without `wait`), or the next attempt would start after `wait` (with it;
+    /// a wait too large for the clock is no limit). Pauses `delay + random(0..=jitter)` between
+    /// attempts; a rejected request ends it at once.
+    pub(crate) async fn with_retries<T, F, Fut>(
+        &self,
+        retry: Retry,
+        wait: Option<Duration>,
+        resources: &[String],
+        ttl: Duration,
+        mut attempt: F,
+    ) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, Failure>>,
+    {
+        let give_up = wait.and_then(|w| Instant::now().checked_add(w));
+        let mut attempts: u32 = 0;
+        loop {
+            attempts = attempts.saturating_add(1);
+            let failure = match attempt().await {
+                Ok(value) => {
+                    tracing::Span::current().record("attempt", attempts);
+                    tracing::debug!("acquired");
+                    return Ok(value);
                 }
-                tokio::time::sleep(pause).await;
+                Err(Failure::Rejected(e)) => return Err(e.into()),
+                Err(failure) => failure,
+            };
+            let pause = retry.delay + random_up_to(retry.jitter);
+            let out_of_time =
+                give_up.is_some_and(|g| Instant::now().checked_add(pause).is_none_or(|t| t >= g));
+            let out_of_attempts = wait.is_none() && attempts >= retry.attempts;
+            if out_of_attempts || out_of_time {
+                tracing::Span::current().record("attempt", attempts);
+                let resources = Names(resources.to_vec());
+                return Err(match failure {
+                    Failure::Contended(votes) => Error::Contended {
+                        resources,
+                        attempts,
+                        votes,
+                    },
+                    Failure::Unavailable(votes) => {
+                        self.inner.unavailable(resources, attempts, votes)
+                    }
+                    Failure::Expired(elapsed) => Error::ValidityExpired {
+                        resources,
+                        attempts,
+                        elapsed,
+                        ttl,
+                    },
+                    Failure::Rejected(e) => e.into(),
+                });
             }
+            tokio::time::sleep(pause).await;
         }
-        .instrument(span)
-        .await
     }
 }

@@ -73,6 +73,57 @@ pub(crate) struct Held {
     pub(crate) token: String,
     /// The resource names (for error messages; never sent).
     pub(crate) resources: Vec<String>,
+    /// With fencing: each key's counter key, in the same order; empty otherwise.
+    pub(crate) fence_keys: Vec<String>,
+}
+
+/// One node's answer to an acquire: its vote and, with fencing, each key's counter.
+#[derive(Debug)]
+pub(crate) struct Acquired {
+    pub(crate) vote: Vote,
+    pub(crate) counters: Option<Vec<u64>>,
+}
+
+impl Acquired {
+    fn plain(vote: Vote) -> Acquired {
+        Acquired {
+            vote,
+            counters: None,
+        }
+    }
+}
+
+/// A semaphore slot request, the same for every node of one attempt.
+#[derive(Debug)]
+pub(crate) struct SlotRequest {
+    pub(crate) meta_key: String,
+    /// The slot keys in the order to try.
+    pub(crate) slot_keys: Vec<String>,
+    /// With fencing: their counters in the same order; empty otherwise.
+    pub(crate) fence_keys: Vec<String>,
+    pub(crate) token: String,
+    pub(crate) ttl_ms: u64,
+}
+
+/// One node's answer to a slot request.
+#[derive(Debug, Clone)]
+pub(crate) enum Slot {
+    /// Set the slot at this position of the order; its counter (0 without fencing).
+    Took { position: usize, counter: u64 },
+    /// Every slot is taken.
+    Full,
+    /// The name is in use with this other number of permits.
+    Mismatch(String),
+    /// An error or timeout: outcome unknown.
+    Failed(NodeError),
+}
+
+/// A counter as the scripts return it: a non-negative integer.
+fn counter(v: &Value) -> Option<u64> {
+    match v {
+        Value::Integer(n) => u64::try_from(*n).ok(),
+        _ => None,
+    }
 }
 
 impl Node {
@@ -181,27 +232,16 @@ impl Node {
     }
 
     /// EVALSHA, and on NOSCRIPT an immediate EVAL on the same connection (so per-node order is
-    /// kept: a release still lands after this node's earlier commands).
-    async fn script(
+    /// kept: a release still lands after this node's earlier commands). EVAL-only scripts are
+    /// always sent whole. `args(first)` builds the arguments after the script or its hash; it is
+    /// called again (rarely) for the EVAL fallback rather than cloned on every EVALSHA: the
+    /// extend script runs every renewal of every kept-alive lock.
+    async fn eval_with(
         &self,
         script: &Script,
-        held: &Held,
-        extra: Option<u64>,
         timeout: Duration,
+        args: impl Fn(&str) -> Vec<Value>,
     ) -> Result<Value, NodeError> {
-        // Built again (rarely) for the EVAL fallback rather than cloned on every EVALSHA: the
-        // extend script runs every renewal of every kept-alive lock.
-        let args = |first: &str| {
-            let mut args = Vec::with_capacity(held.keys.len() + 4);
-            args.push(Value::from(first));
-            args.push(Value::Integer(held.keys.len() as i64));
-            args.extend(held.keys.iter().map(|k| Value::from(k.as_str())));
-            args.push(Value::from(held.token.as_str()));
-            if let Some(x) = extra {
-                args.push(Value::Integer(x as i64));
-            }
-            args
-        };
         if script.always_eval {
             return self.call("EVAL", 2, args(script.body), timeout).await;
         }
@@ -214,18 +254,67 @@ impl Node {
         }
     }
 
-    /// `SET key token NX PX ttl` for one key, the all-or-none script for several.
+    /// A script over `held`'s keys with ARGV = token (and `extra`).
+    async fn script(
+        &self,
+        script: &Script,
+        held: &Held,
+        extra: Option<u64>,
+        timeout: Duration,
+    ) -> Result<Value, NodeError> {
+        self.eval_with(script, timeout, |first| {
+            let mut args = Vec::with_capacity(held.keys.len() + 4);
+            args.push(Value::from(first));
+            args.push(Value::Integer(held.keys.len() as i64));
+            args.extend(held.keys.iter().map(|k| Value::from(k.as_str())));
+            args.push(Value::from(held.token.as_str()));
+            if let Some(x) = extra {
+                args.push(Value::Integer(x as i64));
+            }
+            args
+        })
+        .await
+    }
+
+    /// A script over any keys and arguments.
+    async fn script_on(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        argv: &[Value],
+        timeout: Duration,
+    ) -> Result<Value, NodeError> {
+        self.eval_with(script, timeout, |first| {
+            let mut args = Vec::with_capacity(keys.len() + argv.len() + 2);
+            args.push(Value::from(first));
+            args.push(Value::Integer(keys.len() as i64));
+            args.extend(keys.iter().map(|k| Value::from(*k)));
+            args.extend(argv.iter().cloned());
+            args
+        })
+        .await
+    }
+
+    /// `SET key token NX PX ttl` for one key, the all-or-none script for several; with fencing,
+    /// the script that also reads each key's counter.
     pub(crate) async fn acquire(
         self: Arc<Self>,
         held: Arc<Held>,
         ttl_ms: u64,
         timeout: Duration,
-    ) -> Vote {
+    ) -> Acquired {
         // A node that is not identified yet, or is the same server as another entry, must not
         // vote: nothing is sent, so nothing needs cleaning up there.
         if let Err(e) = self.state.counts() {
-            return Vote::Failed(e);
+            return Acquired::plain(Vote::Failed(e));
         }
+        if !held.fence_keys.is_empty() {
+            return self.acquire_fenced(&held, ttl_ms, timeout).await;
+        }
+        Acquired::plain(self.acquire_plain(&held, ttl_ms, timeout).await)
+    }
+
+    async fn acquire_plain(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Vote {
         let reply = if let [key] = held.keys.as_slice() {
             // The typed SET (unlike EVAL and custom commands, which fred flushes one by one)
             // lets fred batch concurrent SETs into one socket write. `WithOptions` implements
@@ -245,10 +334,150 @@ impl Node {
             }
         } else {
             let scripts = crate::scripts::Scripts::get();
-            self.script(&scripts.acquire_many, &held, Some(ttl_ms), timeout)
+            self.script(&scripts.acquire_many, held, Some(ttl_ms), timeout)
                 .await
         };
         self.vote(reply)
+    }
+
+    async fn acquire_fenced(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Acquired {
+        let scripts = crate::scripts::Scripts::get();
+        let keys: Vec<&str> = held
+            .keys
+            .iter()
+            .chain(&held.fence_keys)
+            .map(String::as_str)
+            .collect();
+        let argv = [
+            Value::from(held.token.as_str()),
+            Value::Integer(ttl_ms as i64),
+        ];
+        let reply = self
+            .script_on(&scripts.acquire_fenced, &keys, &argv, timeout)
+            .await;
+        match reply {
+            Ok(Value::Array(parts)) => match parts.split_first() {
+                Some((Value::Integer(1), counters)) if counters.len() == held.keys.len() => {
+                    match counters.iter().map(counter).collect::<Option<Vec<u64>>>() {
+                        Some(counters) => Acquired {
+                            vote: Vote::Granted,
+                            counters: Some(counters),
+                        },
+                        // Set, but a counter is garbage: not a grant (and released as unknown).
+                        None => Acquired::plain(Vote::Failed(
+                            self.unexpected("numeric fencing counters"),
+                        )),
+                    }
+                }
+                Some((Value::Integer(0), [])) => Acquired::plain(Vote::Refused),
+                _ => Acquired::plain(Vote::Failed(self.unexpected("{1, counters...} or {0}"))),
+            },
+            Ok(_) => Acquired::plain(Vote::Failed(self.unexpected("an array"))),
+            Err(e) => Acquired::plain(Vote::Failed(e)),
+        }
+    }
+
+    /// Raises each fencing counter to at least its token (a max-register). Granted when done.
+    pub(crate) async fn raise_fence(
+        self: Arc<Self>,
+        fence: Arc<(Vec<String>, Vec<u64>)>,
+        timeout: Duration,
+    ) -> Vote {
+        if let Err(e) = self.state.counts() {
+            return Vote::Failed(e);
+        }
+        let scripts = crate::scripts::Scripts::get();
+        let keys: Vec<&str> = fence.0.iter().map(String::as_str).collect();
+        let argv: Vec<Value> = fence.1.iter().map(|t| Value::Integer(*t as i64)).collect();
+        match self
+            .script_on(&scripts.fence_raise, &keys, &argv, timeout)
+            .await
+        {
+            Ok(Value::Integer(1)) => Vote::Granted,
+            Ok(_) => Vote::Failed(self.unexpected("1")),
+            Err(e) => Vote::Failed(e),
+        }
+    }
+
+    /// Takes the first free slot of a semaphore, in the order given.
+    pub(crate) async fn take_slot(
+        self: Arc<Self>,
+        req: Arc<SlotRequest>,
+        timeout: Duration,
+    ) -> Slot {
+        if let Err(e) = self.state.counts() {
+            return Slot::Failed(e);
+        }
+        let scripts = crate::scripts::Scripts::get();
+        let keys: Vec<&str> = std::iter::once(&req.meta_key)
+            .chain(&req.slot_keys)
+            .chain(&req.fence_keys)
+            .map(String::as_str)
+            .collect();
+        let fenced = if req.fence_keys.is_empty() { "0" } else { "1" };
+        let argv = [
+            Value::from(req.token.as_str()),
+            Value::Integer(req.ttl_ms as i64),
+            Value::Integer(req.slot_keys.len() as i64),
+            Value::from(fenced),
+        ];
+        let reply = self
+            .script_on(&scripts.sem_acquire, &keys, &argv, timeout)
+            .await;
+        match reply {
+            Ok(Value::Array(parts)) => match parts.as_slice() {
+                [Value::Integer(1), Value::Integer(pos), c] => {
+                    match (usize::try_from(*pos).ok(), counter(c)) {
+                        (Some(position), Some(counter)) if position < req.slot_keys.len() => {
+                            Slot::Took { position, counter }
+                        }
+                        _ => Slot::Failed(self.unexpected("a slot position and a counter")),
+                    }
+                }
+                [Value::Integer(0)] => Slot::Full,
+                [Value::Integer(-1), permits] => {
+                    Slot::Mismatch(permits.as_str().map(|p| p.into_owned()).unwrap_or_default())
+                }
+                _ => Slot::Failed(self.unexpected("{1, slot, counter}, {0} or {-1, permits}")),
+            },
+            Ok(_) => Slot::Failed(self.unexpected("an array")),
+            Err(e) => Slot::Failed(e),
+        }
+    }
+
+    /// Reads several keys atomically: per key `Some((value, pttl_ms))`, or `None` when absent.
+    pub(crate) async fn view(
+        self: Arc<Self>,
+        keys: Arc<Vec<String>>,
+        timeout: Duration,
+    ) -> Result<Vec<Option<(String, i64)>>, NodeError> {
+        if let Err(e) = self.state.counts() {
+            if e.kind == NodeErrorKind::Duplicate {
+                return Err(e);
+            }
+        }
+        let scripts = crate::scripts::Scripts::get();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let reply = self
+            .script_on(&scripts.view_many, &refs, &[], timeout)
+            .await?;
+        let Value::Array(parts) = reply else {
+            return Err(self.unexpected("an array"));
+        };
+        if parts.len() != 2 * keys.len() {
+            return Err(self.unexpected("a value and a pttl per key"));
+        }
+        parts
+            .chunks(2)
+            .map(|pair| match pair {
+                [Value::Null, _] => Ok(None),
+                [value, Value::Integer(pttl)] => match value.as_str() {
+                    Some(v) => Ok(Some((v.into_owned(), *pttl))),
+                    None => Err(self.unexpected("a string value")),
+                },
+                _ => Err(self.unexpected("[value, pttl]")),
+            })
+            .collect()
     }
 
     /// Resets the TTL of every key if all still hold our token; never re-creates a key.
@@ -305,6 +534,7 @@ impl Node {
             keys: vec![key],
             token: String::new(),
             resources: Vec::new(),
+            fence_keys: Vec::new(),
         };
         // INSPECT takes no ARGV, but `script` always appends the token; Redis ignores it.
         match self.script(&scripts.inspect, &held, None, timeout).await? {

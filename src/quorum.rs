@@ -191,10 +191,22 @@ pub(crate) fn votes(answers: Vec<Option<Vote>>) -> crate::error::Votes {
     )
 }
 
+/// Anything a node answers that carries its vote (a plain vote, or a vote with data).
+pub(crate) trait AsVote {
+    /// The vote in this answer.
+    fn as_vote(&self) -> &Vote;
+}
+
+impl AsVote for Vote {
+    fn as_vote(&self) -> &Vote {
+        self
+    }
+}
+
 /// `decided` rule for quorum questions: stop once the outcome is known.
-pub(crate) fn quorum_known(answers: &[Option<Vote>]) -> bool {
+pub(crate) fn quorum_known<T: AsVote>(answers: &[Option<T>]) -> bool {
     // Called after every answer: counts in place, no Vec<Vote> built.
-    tally(answers.len(), answers.iter().flatten()) != Outcome::Undecided
+    tally(answers.len(), answers.iter().flatten().map(AsVote::as_vote)) != Outcome::Undecided
 }
 
 #[cfg(test)]

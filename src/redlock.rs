@@ -12,8 +12,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, InvalidInput, Names, NotHeldReason, Result, Vote, Votes};
-use crate::node::{Held, Node};
-use crate::quorum::{self, fan_out, quorum_known, votes, Late, Outcome};
+use crate::node::{Acquired, Held, Node};
+use crate::quorum::{self, fan_out, quorum_known, votes, AsVote, Late, Outcome};
 
 /// A Redlock over N independent Redis nodes. Cheap to clone (one `Arc`); share it freely
 /// across tasks.
@@ -30,9 +30,15 @@ pub(crate) struct Inner {
     pub(crate) drift_factor: f64,
     pub(crate) node_timeout: Option<Duration>,
     pub(crate) key_prefix: String,
+    /// Hand out fencing tokens with every lock (one counter per resource on every node).
+    pub(crate) fencing: bool,
     /// Releases spawned from drop paths that may not have reached fred's queues yet.
     pub(crate) background: Background,
 }
+
+/// Resource names starting with this are fredlock's own (fencing counters, semaphore slots):
+/// a caller's name may not start with it, so no lock key can collide with one of them.
+pub(crate) const RESERVED: &str = "~";
 
 /// Counts background tasks so that [`Redlock::close`] can wait for them.
 #[derive(Debug, Default)]
@@ -164,10 +170,12 @@ impl<T: AsRef<str>> Resources for Vec<T> {
 pub(crate) struct Request {
     pub(crate) resources: Vec<String>,
     keys: Vec<String>,
+    /// With fencing: each key's counter; empty otherwise.
+    fence_keys: Vec<String>,
     pub(crate) ttl: Duration,
-    ttl_ms: u64,
-    validity: Duration,
-    timeout: Duration,
+    pub(crate) ttl_ms: u64,
+    pub(crate) validity: Duration,
+    pub(crate) timeout: Duration,
 }
 
 /// Why one attempt did not produce a lock.
@@ -175,6 +183,8 @@ pub(crate) enum Failure {
     Contended(Votes),
     Unavailable(Votes),
     Expired(Duration),
+    /// Not worth retrying (for example a semaphore used with another number of permits).
+    Rejected(InvalidInput),
 }
 
 /// One attempt's grant: the keys and token, and the validity window `[t0, deadline]`.
@@ -182,6 +192,35 @@ pub(crate) struct Grant {
     pub(crate) held: Arc<Held>,
     pub(crate) t0: Instant,
     pub(crate) deadline: Instant,
+    /// With fencing: each key's token, written back to a quorum.
+    pub(crate) fencing: Option<Vec<u64>>,
+}
+
+/// Per key: one more than the largest counter among the nodes that granted.
+pub(crate) fn fencing_tokens(
+    votes: &Votes,
+    counters: &[Option<Vec<u64>>],
+    keys: usize,
+) -> Vec<u64> {
+    (0..keys)
+        .map(|k| {
+            let max = votes
+                .0
+                .iter()
+                .zip(counters)
+                .filter(|(v, _)| **v == Vote::Granted)
+                .filter_map(|(_, c)| c.as_ref()?.get(k).copied())
+                .max()
+                .unwrap_or(0);
+            max.saturating_add(1)
+        })
+        .collect()
+}
+
+impl AsVote for Acquired {
+    fn as_vote(&self) -> &Vote {
+        &self.vote
+    }
 }
 
 impl Redlock {
@@ -227,6 +266,13 @@ impl Redlock {
         format!("{}{}", self.inner.key_prefix, resource)
     }
 
+    /// The Redis key of `resource`'s fencing counter on every node (with
+    /// [`fencing_tokens`](crate::Builder::fencing_tokens)). It never expires: see the
+    /// persistence note there.
+    pub fn fence_key(&self, resource: &str) -> String {
+        format!("{}{RESERVED}fence:{}", self.inner.key_prefix, resource)
+    }
+
     pub(crate) fn request(&self, names: Vec<String>, ttl: Duration) -> Result<Request> {
         if names.is_empty() {
             return Err(InvalidInput::NoResources.into());
@@ -234,15 +280,30 @@ impl Redlock {
         if names.iter().any(|n| n.is_empty()) {
             return Err(InvalidInput::EmptyResource.into());
         }
+        if let Some(name) = names.iter().find(|n| n.starts_with(RESERVED)) {
+            return Err(InvalidInput::ReservedResource(name.clone()).into());
+        }
+        self.request_unchecked(names, ttl)
+    }
+
+    /// [`request`](Self::request) without the reserved-name check (for fredlock's own keys,
+    /// such as semaphore slots).
+    pub(crate) fn request_unchecked(&self, names: Vec<String>, ttl: Duration) -> Result<Request> {
         let ttl_ms = quorum::ttl_millis(ttl)?;
         let validity = quorum::validity(ttl, self.inner.drift_factor)?;
         let mut resources = names;
         resources.sort();
         resources.dedup();
         let keys = resources.iter().map(|r| self.key(r)).collect();
+        let fence_keys = if self.inner.fencing {
+            resources.iter().map(|r| self.fence_key(r)).collect()
+        } else {
+            Vec::new()
+        };
         Ok(Request {
             resources,
             keys,
+            fence_keys,
             ttl,
             ttl_ms,
             validity,
@@ -256,6 +317,7 @@ impl Redlock {
             keys: req.keys.clone(),
             token: new_token(),
             resources: req.resources.clone(),
+            fence_keys: req.fence_keys.clone(),
         });
         // Armed until the outcome is settled: if this future is dropped, release everywhere.
         let mut guard = CleanupGuard {
@@ -273,26 +335,67 @@ impl Redlock {
             .iter()
             .enumerate()
             .map(|(i, n)| (i, n.clone().acquire(held.clone(), req.ttl_ms, req.timeout)));
-        let votes = votes(
-            fan_out(
-                self.inner.nodes.len(),
-                calls,
-                Some(deadline),
-                Late::Finish,
-                quorum_known,
-            )
-            .await,
+        let answers = fan_out(
+            self.inner.nodes.len(),
+            calls,
+            Some(deadline),
+            Late::Finish,
+            quorum_known,
+        )
+        .await;
+        let mut counters = Vec::new();
+        let votes = Votes(
+            answers
+                .into_iter()
+                .map(|a| {
+                    let a = a.unwrap_or(Acquired {
+                        vote: Vote::Pending,
+                        counters: None,
+                    });
+                    counters.push(a.counters);
+                    a.vote
+                })
+                .collect(),
         );
-        let now = Instant::now();
+        let mut now = Instant::now();
         let span = tracing::Span::current();
         span.record("granted", votes.granted());
         span.record("failed", votes.failed());
         span.record("elapsed_us", now.duration_since(t0).as_micros() as u64);
 
         let granted = quorum::outcome(&votes.0) == Outcome::Reached;
+        let mut failure = None;
         if granted && now < deadline {
-            guard.inner = None;
-            return Ok(Grant { held, t0, deadline });
+            if held.fence_keys.is_empty() {
+                guard.inner = None;
+                return Ok(Grant {
+                    held,
+                    t0,
+                    deadline,
+                    fencing: None,
+                });
+            }
+            // Fencing: each token is one more than the largest counter the granting nodes
+            // returned, and is written back to a quorum (a max-register) before the lock is
+            // handed out, so that any later grant's quorum sees it and goes higher.
+            let tokens = fencing_tokens(&votes, &counters, held.keys.len());
+            let raised = self
+                .inner
+                .raise_fence(&held.fence_keys, &tokens, deadline, req.timeout)
+                .await;
+            now = Instant::now();
+            if quorum::outcome(&raised.0) == Outcome::Reached && now < deadline {
+                guard.inner = None;
+                return Ok(Grant {
+                    held,
+                    t0,
+                    deadline,
+                    fencing: Some(tokens),
+                });
+            }
+            if now < deadline {
+                failure = Some(Failure::Unavailable(raised));
+            }
         }
         // Release wherever our token may be: nodes that granted, failed or did not answer. The
         // release is handed to each node's connection (queued behind that node's SET, so it
@@ -304,7 +407,9 @@ impl Redlock {
         // Out of validity with answers still outstanding: the TTL is too short for the network,
         // which is not the same as nodes being down.
         let expired_waiting = now >= deadline && votes.0.contains(&Vote::Pending);
-        let failure = if granted || expired_waiting {
+        let failure = if let Some(failure) = failure {
+            failure
+        } else if granted || expired_waiting {
             Failure::Expired(now.duration_since(t0))
         } else if votes.failed() > self.inner.nodes.len() - self.inner.quorum
             || votes.refused() == 0
@@ -336,6 +441,34 @@ impl Inner {
             .map(|i| (i, self.nodes[i].clone().release(held.clone(), timeout)))
             .collect();
         votes(fan_out(self.nodes.len(), calls, None, Late::Drop, enough).await)
+    }
+
+    /// Raises the fencing counters `keys` to `tokens` on every node; returns once a quorum did
+    /// (or can no longer), or at `deadline`.
+    pub(crate) async fn raise_fence(
+        &self,
+        keys: &[String],
+        tokens: &[u64],
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Votes {
+        let fence = Arc::new((keys.to_vec(), tokens.to_vec()));
+        let calls = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i, n.clone().raise_fence(fence.clone(), timeout)));
+        // A late raise only raises a counter further: nothing to finish.
+        votes(
+            fan_out(
+                self.nodes.len(),
+                calls,
+                Some(deadline),
+                Late::Drop,
+                quorum_known,
+            )
+            .await,
+        )
     }
 
     /// Releases on every node, deciding as soon as the outcome is known.
@@ -466,7 +599,7 @@ pub(crate) fn spawn_release(inner: Arc<Inner>, held: Arc<Held>, why: &'static st
 }
 
 /// 128 random bits from a CSPRNG (rand's ThreadRng: ChaCha12 seeded from the OS), as 32 hex digits.
-fn new_token() -> String {
+pub(crate) fn new_token() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 

@@ -91,6 +91,71 @@ const INSPECT: &str = r#"
 return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
 "#;
 
+/// Acquire several keys at once, all or none, and read each key's fencing counter in the same
+/// script, so that a grant never lacks its counter.
+/// KEYS[1..n]: the lock keys, KEYS[n+1..2n]: their counters. ARGV[1]: token, ARGV[2]: TTL in ms.
+/// Reply: `{1, c1, ..., cn}` (each counter, 0 when absent, -1 when not a number) when every key
+/// was set; `{0}` when any key exists and nothing was set. Counters are never written here.
+const ACQUIRE_FENCED: &str = r#"
+local n = #KEYS / 2
+for i = 1, n do
+  if redis.call('EXISTS', KEYS[i]) == 1 then return {0} end
+end
+local out = {1}
+for i = 1, n do
+  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  out[i + 1] = tonumber(redis.call('GET', KEYS[n + i]) or '0') or -1
+end
+return out
+"#;
+
+/// Raise fencing counters: a max-register, so a late or repeated write never lowers one.
+/// KEYS: the counters. ARGV[i]: the token for KEYS[i]. Reply: 1.
+/// A counter that is not a number is an error (never silently overwritten).
+const FENCE_RAISE: &str = r#"
+for i = 1, #KEYS do
+  local raw = redis.call('GET', KEYS[i])
+  local c = tonumber(raw or '0')
+  if c == nil then return redis.error_reply('fencing counter ' .. KEYS[i] .. ' is not a number') end
+  if c < tonumber(ARGV[i]) then redis.call('SET', KEYS[i], ARGV[i]) end
+end
+return 1
+"#;
+
+/// Take one semaphore slot: the first free one in the order given (the same order is sent to
+/// every node, so in the common case every node picks the same slot).
+/// KEYS[1]: the semaphore's `permits` record; KEYS[2..p+1]: slot keys in the order to try;
+/// KEYS[p+2..2p+1] (with fencing): their counters in the same order.
+/// ARGV[1]: token, ARGV[2]: TTL in ms, ARGV[3]: permits, ARGV[4]: '1' to read the counter.
+/// Reply: `{1, position, counter}` a slot was set; `{0}` every slot is taken; `{-1, permits}`
+/// this name is used with another number of permits (nothing set).
+const SEM_ACQUIRE: &str = r#"
+local meta = redis.call('GET', KEYS[1])
+if meta and meta ~= ARGV[3] then return {-1, meta} end
+local p = tonumber(ARGV[3])
+for i = 1, p do
+  local k = KEYS[1 + i]
+  if redis.call('EXISTS', k) == 0 then
+    redis.call('SET', k, ARGV[1], 'PX', ARGV[2])
+    if not meta then redis.call('SET', KEYS[1], ARGV[3]) end
+    local c = 0
+    if ARGV[4] == '1' then c = tonumber(redis.call('GET', KEYS[1 + p + i]) or '0') or -1 end
+    return {1, i - 1, c}
+  end
+end
+return {0}
+"#;
+
+/// Read several keys atomically. KEYS: the keys. Reply: `{v1, pttl1, v2, pttl2, ...}`.
+const VIEW_MANY: &str = r#"
+local out = {}
+for i, k in ipairs(KEYS) do
+  out[2 * i - 1] = redis.call('GET', k)
+  out[2 * i] = redis.call('PTTL', k)
+end
+return out
+"#;
+
 /// The scripts, hashed once per process.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -98,6 +163,10 @@ pub(crate) struct Scripts {
     pub(crate) extend: Script,
     pub(crate) release: Script,
     pub(crate) inspect: Script,
+    pub(crate) acquire_fenced: Script,
+    pub(crate) fence_raise: Script,
+    pub(crate) sem_acquire: Script,
+    pub(crate) view_many: Script,
 }
 
 impl Scripts {
@@ -108,6 +177,11 @@ impl Scripts {
             extend: Script::new(EXTEND),
             release: Script::eval_only(RELEASE),
             inspect: Script::new(INSPECT),
+            // Acquires are EVAL-only, for the reason given at the top of this file.
+            acquire_fenced: Script::eval_only(ACQUIRE_FENCED),
+            fence_raise: Script::new(FENCE_RAISE),
+            sem_acquire: Script::eval_only(SEM_ACQUIRE),
+            view_many: Script::new(VIEW_MANY),
         })
     }
 }

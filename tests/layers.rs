@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["redlock"],
     &["lock", "inspect"],
     &["keepalive"],
-    &["with_lock", "election"],
+    &["with_lock", "election", "semaphore"],
     &["config"],
 ];
 

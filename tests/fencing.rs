@@ -1,0 +1,218 @@
+//! Fencing tokens across the quorum: strictly increasing across successive holders even when
+//! each grant comes from a different majority; untouched by extend and release; one per
+//! resource and per semaphore slot; a fenced register rejects a paused holder's stale write; and
+//! the documented limit: a node that restarts empty can make a token repeat.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{local_with, unique};
+use fredlock::Redlock;
+use fredlock_testkit::LocalNodes;
+
+const TTL: Duration = Duration::from_secs(5);
+
+async fn fenced(n: usize) -> (LocalNodes, Redlock) {
+    local_with(n, |b| {
+        b.fencing_tokens(true)
+            .node_timeout(Duration::from_millis(100))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_across_holders() {
+    let (_nodes, redlock) = fenced(3).await;
+    let r = unique("seq");
+    let mut last = 0;
+    for _ in 0..20 {
+        let lock = redlock.acquire(r.as_str(), TTL).await.expect("acquire");
+        let token = lock.fencing_token().expect("fencing on");
+        assert!(token > last, "{token} after {last}");
+        last = token;
+        lock.release().await.expect("release");
+    }
+    // Without fencing: no token.
+    let (_n2, plain) = local_with(3, |b| b).await;
+    let lock = plain.acquire(r.as_str(), TTL).await.expect("acquire");
+    assert_eq!(lock.fencing_token(), None);
+}
+
+/// Each grant from another majority (one node frozen each time, never the same): the write-back
+/// to a quorum is what carries the count from one majority to the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_when_every_grant_has_another_majority() {
+    let (nodes, redlock) = fenced(3).await;
+    let r = unique("majorities");
+    let mut last = 0;
+    for round in 0..6 {
+        let frozen = round % 3;
+        nodes.pause(frozen).expect("pause");
+        let lock = redlock.acquire(r.as_str(), TTL).await;
+        nodes.resume(frozen).expect("resume");
+        let lock = lock.expect("a majority is up");
+        let token = lock.fencing_token().expect("token");
+        assert!(token > last, "round {round}: {token} after {last}");
+        last = token;
+        lock.release().await.expect("release");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_and_release_leave_the_counters_alone() {
+    let (nodes, redlock) = fenced(3).await;
+    let r = unique("untouched");
+    let mut lock = redlock.acquire(r.as_str(), TTL).await.expect("acquire");
+    let token = lock.fencing_token().expect("token").to_string();
+    let key = redlock.fence_key(&r);
+    let counters = || async {
+        let mut v = Vec::new();
+        for i in 0..3 {
+            v.push(nodes.get(i, &key).await.expect("GET"));
+        }
+        v
+    };
+    let before = counters().await;
+    assert!(
+        before
+            .iter()
+            .filter(|c| c.as_deref() == Some(token.as_str()))
+            .count()
+            >= 2
+    );
+    lock.extend(TTL).await.expect("extend");
+    lock.release().await.expect("release");
+    assert_eq!(counters().await, before);
+    // Counters never expire.
+    assert_eq!(nodes.pttl(0, &key).await.expect("PTTL"), -1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_token_per_resource_and_per_slot() {
+    let (_nodes, redlock) = fenced(3).await;
+    let (a, b) = (unique("a"), unique("b"));
+    redlock
+        .acquire(a.as_str(), TTL)
+        .await
+        .expect("a")
+        .release()
+        .await
+        .expect("release");
+    let both = redlock
+        .acquire([a.as_str(), b.as_str()], TTL)
+        .await
+        .expect("both");
+    let tokens = both.fencing_tokens().expect("tokens").to_vec();
+    let by_name: Vec<(&str, u64)> = both
+        .resources()
+        .iter()
+        .map(String::as_str)
+        .zip(tokens.iter().copied())
+        .collect();
+    assert!(by_name.contains(&(a.as_str(), 2)), "{by_name:?}");
+    assert!(by_name.contains(&(b.as_str(), 1)), "{by_name:?}");
+    both.release().await.expect("release");
+
+    let sem = redlock.semaphore(unique("sem"), 1).expect("semaphore");
+    let mut last = 0;
+    for _ in 0..5 {
+        let permit = sem.acquire(TTL).await.expect("permit");
+        let token = permit.fencing_token().expect("token");
+        assert!(token > last);
+        last = token;
+        permit.release().await.expect("release");
+    }
+}
+
+/// The reason fencing exists: holder A pauses past its deadline, B takes the lock and writes;
+/// A wakes and writes with its older token; the fenced register (a Redis key updated only by a
+/// higher token) rejects A's write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_register_rejects_a_paused_holder() {
+    let (nodes, redlock) = fenced(3).await;
+    let r = unique("register");
+    let a = redlock
+        .acquire(r.as_str(), Duration::from_millis(200))
+        .await
+        .expect("A");
+    let token_a = a.fencing_token().expect("token");
+    // A "pauses": it does nothing until well past its deadline.
+    tokio::time::sleep_until(a.deadline() + Duration::from_millis(50)).await;
+    let b = redlock.acquire(r.as_str(), TTL).await.expect("B");
+    let token_b = b.fencing_token().expect("token");
+    assert!(token_b > token_a);
+    let write = |token: u64, value: &'static str| {
+        let nodes = &nodes;
+        async move {
+            let reply = nodes
+                .command(
+                    0,
+                    &[
+                        "EVAL",
+                        FENCED_WRITE,
+                        "2",
+                        "data",
+                        "data:token",
+                        value,
+                        &token.to_string(),
+                    ],
+                )
+                .await
+                .expect("EVAL");
+            reply == fredlock_testkit::RespValue::Integer(1)
+        }
+    };
+    assert!(write(token_b, "from B").await, "B's write is accepted");
+    assert!(
+        !write(token_a, "from A").await,
+        "A's stale write is rejected"
+    );
+    assert_eq!(
+        nodes.get(0, "data").await.expect("GET").as_deref(),
+        Some("from B")
+    );
+    drop(a);
+    b.release().await.expect("release");
+}
+
+/// Write `ARGV[1]` to `KEYS[1]` only if the token `ARGV[2]` is higher than the last one seen
+/// (kept in `KEYS[2]`). Reply 1 written, 0 rejected.
+const FENCED_WRITE: &str = "local last = tonumber(redis.call('GET', KEYS[2]) or '0') \
+    if tonumber(ARGV[2]) <= last then return 0 end \
+    redis.call('SET', KEYS[2], ARGV[2]) redis.call('SET', KEYS[1], ARGV[1]) return 1";
+
+/// The documented limit, shown: the token t is written back to nodes {0, 1} only (node 2
+/// frozen); node 0 restarts EMPTY; node 1 freezes; the next grant's majority {0, 2} has never
+/// seen t, and the token repeats. Hence: counters need `appendfsync always`, or a node that
+/// lost its data must stay out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarting_empty_can_repeat_a_token() {
+    let (mut nodes, redlock) = fenced(3).await;
+    let r = unique("repeat");
+    nodes.pause(2).expect("pause");
+    let first = redlock.acquire(r.as_str(), TTL).await.expect("on {0, 1}");
+    let t = first.fencing_token().expect("token");
+    first.release().await.expect("release");
+    nodes.resume(2).expect("resume");
+    nodes.restart(0).await.expect("restart empty");
+    nodes.pause(1).expect("pause");
+    // Node 0 reconnects after its restart; the first grant on {0, 2} carries the token.
+    let mut repeated = None;
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while repeated.is_none() && tokio::time::Instant::now() < until {
+        match redlock.try_acquire(r.as_str(), TTL).await {
+            Ok(Some(lock)) => {
+                repeated = lock.fencing_token();
+                let _ = lock.release().await;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    nodes.resume(1).expect("resume");
+    assert_eq!(
+        repeated,
+        Some(t),
+        "the token did not repeat: the scenario is not what it claims"
+    );
+}
