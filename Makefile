@@ -1,7 +1,7 @@
 # The commands a newcomer needs. Each installs redis-server when it is missing.
 CARGO ?= cargo
 
-.PHONY: demo test bench scheduler errors lint redis-server
+.PHONY: demo test bench scheduler errors fencing lint redis-server
 
 ## make demo: several processes increment one counter under the lock (then without it: --no-lock)
 demo: redis-server
@@ -30,6 +30,10 @@ torture: redis-server
 ## make errors: provoke every error against local nodes and print each message (README's table)
 errors: redis-server
 	$(CARGO) run --quiet --all-features --example errors
+
+## make fencing: a paused holder's stale write is rejected by a resource that checks fencing tokens
+fencing: redis-server
+	$(CARGO) run --quiet --example fencing
 
 ## make lint: what CI checks besides the tests
 lint:
