@@ -60,6 +60,7 @@
 pub mod checker;
 mod proxy;
 mod server;
+pub mod strawman;
 pub mod torture;
 
 pub use proxy::{Blackhole, Fault, FaultProxy};

@@ -1,0 +1,82 @@
+//! Strawmen: designs that look right and are not, kept so that the checkers can be shown to
+//! catch them (negative controls).
+//!
+//! [`NaiveSemaphore`] counts holders per node: each node admits a holder while its own set has
+//! fewer than `permits` members, and a holder is admitted when a quorum of nodes admitted it.
+//! Different majorities can admit different holders, so a partition admits more holders than
+//! permits while no node ever holds more than `permits` members.
+
+use fredlock::fred::clients::Client;
+use fredlock::fred::prelude::{LuaInterface, Options};
+use std::time::Duration;
+
+/// Admit ARGV[1] into the set KEYS[1] while it has fewer than ARGV[2] members; expire the set
+/// after ARGV[3] ms. Reply 1 admitted, 0 full.
+const ADMIT: &str = r#"
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 1 end
+if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"#;
+
+/// A semaphore that counts holders per node and votes: UNSAFE under partitions (see the module
+/// docs). For negative controls only.
+#[derive(Debug, Clone)]
+pub struct NaiveSemaphore {
+    key: String,
+    permits: usize,
+    ttl: Duration,
+}
+
+impl NaiveSemaphore {
+    /// A naive semaphore `name` with `permits` permits whose holders expire after `ttl`.
+    pub fn new(name: &str, permits: usize, ttl: Duration) -> NaiveSemaphore {
+        NaiveSemaphore {
+            key: format!("strawman:sem:{name}"),
+            permits,
+            ttl,
+        }
+    }
+
+    /// Asks every node in `clients` (one client per node, as this holder reaches them) to admit
+    /// `holder`; admitted when a quorum of `nodes` did. A node that fails or times out (100 ms)
+    /// counts as a refusal.
+    pub async fn acquire(&self, clients: &[Client], nodes: usize, holder: &str) -> bool {
+        let options = Options {
+            timeout: Some(Duration::from_millis(100)),
+            max_attempts: Some(1),
+            ..Options::default()
+        };
+        let calls = clients.iter().map(|c| {
+            let args = vec![
+                holder.to_string(),
+                self.permits.to_string(),
+                self.ttl.as_millis().to_string(),
+            ];
+            let key = self.key.clone();
+            let c = c.clone();
+            let options = options.clone();
+            async move {
+                // `eval` ignores per-command options in fred 10; bound it from outside.
+                let call = c.eval::<i64, _, _, _>(ADMIT, vec![key], args);
+                matches!(
+                    tokio::time::timeout(options.timeout.unwrap_or_default(), call).await,
+                    Ok(Ok(1))
+                )
+            }
+        });
+        let admitted = futures_admitted(calls).await;
+        admitted > nodes / 2
+    }
+}
+
+async fn futures_admitted<F: std::future::Future<Output = bool>>(
+    calls: impl Iterator<Item = F>,
+) -> usize {
+    let mut n = 0;
+    for call in calls.collect::<Vec<_>>() {
+        n += usize::from(call.await);
+    }
+    n
+}
