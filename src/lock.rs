@@ -133,10 +133,15 @@ impl Lock {
     /// Errors: [`Error::NotHeld`](crate::Error::NotHeld) when the deadline passed or a quorum no longer holds our token
     /// (the lock is lost for good); [`Error::Unavailable`](crate::Error::Unavailable) when too few nodes answered but the lock
     /// is still valid until its old deadline (you may retry); [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad
-    /// TTL. On any error the deadline is unchanged.
+    /// TTL. On an error the deadline is unchanged, except that a `ttl` ending before the current
+    /// deadline lowers it first (see below).
     ///
-    /// Cancellation: dropping the future leaves the deadline unchanged; extensions already sent
-    /// may still land, which only keeps our own keys alive longer (they are released on release).
+    /// A shorter `ttl` than the validity left shortens the lock: an extension whose outcome is
+    /// unknown (an error, a timeout, a dropped future) may have shortened the keys on some nodes,
+    /// so the deadline drops to `now + ttl - drift` before anything is sent, whatever happens next.
+    ///
+    /// Cancellation: dropping the future leaves the deadline as described above; extensions
+    /// already sent may still land on some nodes.
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
         self.extend_inner(ttl, false).await
     }
@@ -145,6 +150,16 @@ impl Lock {
     /// configured node timeout.
     pub(crate) async fn extend_inner(&mut self, ttl: Duration, patient: bool) -> Result<()> {
         let span = tracing::debug_span!("fredlock.extend", resources = ?self.resources, ttl_ms = ttl.as_millis() as u64);
+        // The extension may land on some nodes whatever becomes of this call (an error, a
+        // timeout, a dropped future). If `ttl` ends before the current deadline it may SHORTEN
+        // the keys there, so the deadline drops to what the extension would set, before anything
+        // is sent: never later than what the nodes may hold.
+        let t0 = Instant::now();
+        if let Ok(v) = quorum::validity(ttl, self.redlock.inner.drift_factor) {
+            if let Some(end) = t0.checked_add(v) {
+                self.deadline = self.deadline.min(end);
+            }
+        }
         let deadline = tracing::Instrument::instrument(
             self.redlock
                 .inner

@@ -331,3 +331,40 @@ async fn close_waits_for_background_releases() {
         Err(Error::Unavailable { .. })
     ));
 }
+
+/// An extend to a SHORTER TTL that fails (only one node answers in time) may still have
+/// shortened the keys on the nodes that did not answer: the lock's deadline must drop to what
+/// that extension would set, or another client acquires while this one believes it holds.
+/// Before, a failed extend left the old (5 s) deadline while two nodes' keys expired at 200 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_shortening_extend_lowers_the_deadline() {
+    let nodes = fredlock_testkit::LocalNodes::start(3).await.expect("nodes");
+    let (proxies, a) = common::behind_proxies(&nodes, |b| {
+        b.node_timeout(Duration::from_millis(50))
+            .retry(fredlock::Retry::once())
+    })
+    .await;
+    let r = common::unique("shorten");
+    let mut lock = a
+        .acquire(r.as_str(), Duration::from_secs(5))
+        .await
+        .expect("acquire");
+    // Load the extend script everywhere first (the first EVALSHA meets NOSCRIPT).
+    lock.extend(Duration::from_secs(5)).await.expect("extend");
+    // Nodes 1 and 2 get the extension but their answers are held: the extend fails.
+    proxies[1].set(fredlock_testkit::Fault::HoldReplies);
+    proxies[2].set(fredlock_testkit::Fault::HoldReplies);
+    let started = tokio::time::Instant::now();
+    let short = Duration::from_millis(200);
+    assert!(lock.extend(short).await.is_err(), "only one node answered");
+    assert!(
+        lock.deadline() <= started + short,
+        "the deadline stayed {:?} away while the keys may expire in {short:?}",
+        lock.deadline().saturating_duration_since(started)
+    );
+    // Indeed: nodes 1 and 2 now expire the key within the short TTL.
+    assert!(common::gone_within(&nodes, 1, &a.key(&r), Duration::from_secs(2)).await);
+    for p in &proxies {
+        p.set(fredlock_testkit::Fault::Pass);
+    }
+}
