@@ -18,6 +18,9 @@
 //!   [`Fault`] (latency, blackhole, dropped or held replies, connection
 //!   resets) can be switched at run time. No root or `tc` needed.
 //! * [`Blackhole`] is a listener that accepts connections and never answers.
+//! * [`demo`] runs the examples' demonstrations (`make demo`, `make scheduler`): nodes, worker
+//!   processes, timelines and verdicts, so that the examples keep only the code that uses the
+//!   lock.
 //!
 //! # Requirements
 //!
@@ -58,6 +61,7 @@
 #![allow(unsafe_code)]
 
 pub mod checker;
+pub mod demo;
 mod proxy;
 mod server;
 pub mod strawman;

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 /// Environment variable that overrides the `redis-server` binary to run.
 const SERVER_BIN_ENV: &str = "FREDLOCK_REDIS_SERVER";
 /// Environment variable with comma-separated `redis://` URLs of external nodes.
-const NODES_ENV: &str = "FREDLOCK_NODES";
+pub(crate) const NODES_ENV: &str = "FREDLOCK_NODES";
 /// Upper bound for one node to come up (including retries on a taken port).
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default upper bound for one [`LocalNodes::command`] round trip.
