@@ -13,11 +13,7 @@ use fredlock_testkit::{Fault, FaultProxy, LocalNodes};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_millis(500);
-const RETRY: Retry = Retry {
-    attempts: 3,
-    delay: Duration::from_millis(50),
-    jitter: Duration::from_millis(50),
-};
+const RETRY: Retry = common::retry(3, 50, 50);
 const RUN: Duration = Duration::from_secs(20);
 
 struct Participant {

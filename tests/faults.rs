@@ -8,8 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use fredlock::{Error, Redlock, Retry, Vote};
-use fredlock_testkit::Blackhole;
+use fredlock::{Error, Redlock, ReleaseReport, Retry, Vote};
+use fredlock_testkit::{Blackhole, LocalNodes};
 use tokio::time::Instant;
 
 /// Far above loopback latency, far below what a node timeout would cost.
@@ -21,16 +21,7 @@ const TTL: Duration = Duration::from_secs(30);
 async fn one_killed_node_costs_no_latency() {
     let (mut nodes, redlock) = local_with(3, |b| b.node_timeout(NODE_TIMEOUT)).await;
     nodes.kill(2).unwrap();
-    let r = unique("killed");
-    let t = Instant::now();
-    let lock = redlock
-        .acquire(r.as_str(), TTL)
-        .await
-        .expect("acquire with 2 of 3");
-    assert!(t.elapsed() < FAST, "acquire took {:?}", t.elapsed());
-    let t = Instant::now();
-    let report = lock.release().await.expect("release with 2 of 3");
-    assert!(t.elapsed() < FAST, "release took {:?}", t.elapsed());
+    let report = cycle_fast(&redlock, &unique("killed")).await;
     assert_eq!(report.votes.granted(), 2);
     assert!(matches!(report.votes.0[2], Vote::Failed(_) | Vote::Pending));
 }
@@ -41,20 +32,11 @@ async fn one_paused_node_costs_no_latency_and_is_cleaned_after_resume() {
     nodes.pause(2).unwrap();
     let r = unique("paused");
     let key = redlock.key(&r);
-    let t = Instant::now();
-    let lock = redlock
-        .acquire(r.as_str(), TTL)
-        .await
-        .expect("acquire with 2 of 3");
-    assert!(t.elapsed() < FAST, "acquire took {:?}", t.elapsed());
-    let t = Instant::now();
-    lock.release().await.expect("release with 2 of 3");
-    assert!(t.elapsed() < FAST, "release took {:?}", t.elapsed());
+    cycle_fast(&redlock, &r).await;
     // The paused node got our SET and then our release, queued in that order on one connection:
     // once it runs again, the SET lands first and the release removes it.
-    nodes.resume(2).unwrap();
     assert!(
-        gone_within(&nodes, 2, &key, Duration::from_secs(5)).await,
+        cleaned_after_resume(&nodes, 2, &key).await,
         "the paused node kept the key after resuming"
     );
 }
@@ -78,44 +60,20 @@ async fn a_silent_node_costs_no_latency() {
         t.elapsed()
     );
     for _ in 0..5 {
-        let t = Instant::now();
-        let lock = redlock
-            .acquire(unique("silent").as_str(), TTL)
-            .await
-            .expect("acquire");
-        assert!(t.elapsed() < FAST, "acquire took {:?}", t.elapsed());
-        let t = Instant::now();
-        lock.release().await.expect("release");
-        assert!(t.elapsed() < FAST, "release took {:?}", t.elapsed());
+        cycle_fast(&redlock, &unique("silent")).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn majority_killed_is_unavailable_within_bound_and_leaves_nothing() {
-    let retry = Retry {
-        attempts: 3,
-        delay: Duration::from_millis(20),
-        jitter: Duration::from_millis(20),
-    };
-    let (mut nodes, redlock) = local_with(3, |b| {
-        b.node_timeout(Duration::from_millis(300)).retry(retry)
-    })
-    .await;
+    let node_timeout = Duration::from_millis(300);
+    let (mut nodes, redlock) =
+        local_with(3, |b| b.node_timeout(node_timeout).retry(retry(3, 20, 20))).await;
     nodes.kill(1).unwrap();
     nodes.kill(2).unwrap();
     let r = unique("majority-killed");
-    let t = Instant::now();
-    let err = redlock
-        .acquire(r.as_str(), TTL)
-        .await
-        .expect_err("no quorum");
-    let bound = (Duration::from_millis(300) + Duration::from_millis(40)) * 3;
-    assert!(
-        t.elapsed() < bound + FAST,
-        "took {:?}, bound {bound:?}",
-        t.elapsed()
-    );
-    match err {
+    let bound = (node_timeout + Duration::from_millis(40)) * 3;
+    match fails_within(&redlock, &r, bound).await {
         Error::Unavailable {
             attempts,
             nodes: 3,
@@ -141,27 +99,13 @@ async fn majority_killed_is_unavailable_within_bound_and_leaves_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn majority_paused_is_unavailable_within_bound_and_cleaned_after_resume() {
     let node_timeout = Duration::from_millis(200);
-    let retry = Retry {
-        attempts: 2,
-        delay: Duration::from_millis(10),
-        jitter: Duration::from_millis(10),
-    };
-    let (nodes, redlock) = local_with(3, |b| b.node_timeout(node_timeout).retry(retry)).await;
+    let (nodes, redlock) =
+        local_with(3, |b| b.node_timeout(node_timeout).retry(retry(2, 10, 10))).await;
     nodes.pause(1).unwrap();
     nodes.pause(2).unwrap();
     let r = unique("majority-paused");
     let key = redlock.key(&r);
-    let t = Instant::now();
-    let err = redlock
-        .acquire(r.as_str(), TTL)
-        .await
-        .expect_err("no quorum");
-    let bound = (node_timeout + Duration::from_millis(20)) * 2;
-    assert!(
-        t.elapsed() < bound + FAST,
-        "took {:?}, bound {bound:?}",
-        t.elapsed()
-    );
+    let err = fails_within(&redlock, &r, (node_timeout + Duration::from_millis(20)) * 2).await;
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     assert_eq!(
         nodes.get(0, &key).await.unwrap(),
@@ -206,10 +150,7 @@ async fn a_dropped_acquire_leaves_no_key() {
     let dropped_at = Instant::now();
     drop(acquire);
     assert!(
-        eventually(Duration::from_millis(500), || async {
-            nodes.get(0, &key).await.unwrap().is_none()
-        })
-        .await,
+        gone_within(&nodes, 0, &key, Duration::from_millis(500)).await,
         "node 0 kept the key after the acquire was dropped"
     );
     println!("node 0 clean {:?} after the drop", dropped_at.elapsed());
@@ -217,9 +158,8 @@ async fn a_dropped_acquire_leaves_no_key() {
         nodes.get(1, &key).await.unwrap().as_deref(),
         Some("someone-else")
     );
-    nodes.resume(2).unwrap();
     assert!(
-        gone_within(&nodes, 2, &key, Duration::from_secs(5)).await,
+        cleaned_after_resume(&nodes, 2, &key).await,
         "node 2 kept the key after resuming"
     );
 }
@@ -230,39 +170,21 @@ async fn build_returns_during_an_outage_and_recovers() {
     nodes.kill(1).unwrap();
     nodes.kill(2).unwrap();
     let t = Instant::now();
-    let redlock = Redlock::builder()
-        .nodes(nodes.urls())
-        .retry(fast_retry())
-        .build()
-        .await
-        .expect("build must not fail because nodes are down");
+    let redlock = build(nodes.urls(), |b| b).await; // must not fail because nodes are down
     assert!(
         t.elapsed() < FAST + Duration::from_secs(2),
         "build took {:?}",
         t.elapsed()
     );
-    let r = unique("outage");
     assert!(matches!(
-        redlock.acquire(r.as_str(), TTL).await,
+        redlock.acquire(unique("outage").as_str(), TTL).await,
         Err(Error::Unavailable { .. })
     ));
     // The nodes come back (empty, same ports): the connect loop picks them up.
     nodes.start_node(1).await.unwrap();
     nodes.start_node(2).await.unwrap();
-    let redlock = &redlock;
-    let r = &r;
     assert!(
-        eventually(Duration::from_secs(10), || async {
-            match redlock.acquire(r.as_str(), TTL).await {
-                Ok(lock) => lock
-                    .release()
-                    .await
-                    .map(|rep| rep.votes.granted() >= 2)
-                    .unwrap_or(false),
-                Err(_) => false,
-            }
-        })
-        .await,
+        cycles_again(&redlock, "outage", |rep| rep.votes.granted() >= 2).await,
         "never acquired after the nodes came back"
     );
 }
@@ -271,19 +193,8 @@ async fn build_returns_during_an_outage_and_recovers() {
 async fn a_restarted_node_is_used_again() {
     let (mut nodes, redlock) = local_with(3, |b| b).await;
     nodes.restart(0).await.unwrap();
-    let redlock = &redlock;
     assert!(
-        eventually(Duration::from_secs(10), || async {
-            match redlock.acquire(unique("restart").as_str(), TTL).await {
-                Ok(lock) => lock
-                    .release()
-                    .await
-                    .map(|rep| rep.votes.0[0] == Vote::Granted)
-                    .unwrap_or(false),
-                Err(_) => false,
-            }
-        })
-        .await,
+        cycles_again(&redlock, "restart", |rep| rep.votes.0[0] == Vote::Granted).await,
         "node 0 never granted again after its restart"
     );
 }
@@ -313,10 +224,7 @@ async fn a_failed_acquire_leaves_no_key_on_a_live_node_after_the_dead_ones() {
         // Checked at once: the clean-up release was sent right behind the SET on node 2.
         let key = redlock.key(&r);
         assert!(
-            eventually(Duration::from_millis(200), || async {
-                nodes.get(2, &key).await.unwrap().is_none()
-            })
-            .await,
+            gone_within(&nodes, 2, &key, Duration::from_millis(200)).await,
             "node 2 kept the key of a failed acquire"
         );
     }
@@ -338,10 +246,7 @@ async fn release_reaches_a_live_node_after_the_first_two_die() {
         Err(Error::Unavailable { .. })
     ));
     assert!(
-        eventually(Duration::from_millis(500), || async {
-            nodes.get(2, &key).await.unwrap().is_none()
-        })
-        .await,
+        gone_within(&nodes, 2, &key, Duration::from_millis(500)).await,
         "the live node kept the key after release"
     );
 }
@@ -352,4 +257,52 @@ async fn first_two_down(redlock: &Redlock) -> bool {
         Ok(seen) => seen.nodes[0].state.is_err() && seen.nodes[1].state.is_err(),
         Err(_) => false,
     }
+}
+
+/// Acquires and releases `r`, each well within [`FAST`]: a slow or dead minority node must cost
+/// no latency.
+async fn cycle_fast(redlock: &Redlock, r: &str) -> ReleaseReport {
+    let t = Instant::now();
+    let lock = redlock.acquire(r, TTL).await.expect("acquire");
+    assert!(t.elapsed() < FAST, "acquire took {:?}", t.elapsed());
+    let t = Instant::now();
+    let report = lock.release().await.expect("release");
+    assert!(t.elapsed() < FAST, "release took {:?}", t.elapsed());
+    report
+}
+
+/// The error of an acquire of `r` that cannot reach a quorum, which must come within `bound`
+/// (plus the [`FAST`] margin).
+async fn fails_within(redlock: &Redlock, r: &str, bound: Duration) -> Error {
+    let t = Instant::now();
+    let err = redlock.acquire(r, TTL).await.expect_err("no quorum");
+    assert!(
+        t.elapsed() < bound + FAST,
+        "took {:?}, bound {bound:?}",
+        t.elapsed()
+    );
+    err
+}
+
+/// Whether, within 10 s (nodes coming back), an acquire of a fresh resource named after `name`
+/// succeeds and its release report satisfies `check`.
+async fn cycles_again(
+    redlock: &Redlock,
+    name: &str,
+    check: impl Fn(&ReleaseReport) -> bool,
+) -> bool {
+    eventually(Duration::from_secs(10), || async {
+        match redlock.acquire(unique(name).as_str(), TTL).await {
+            Ok(lock) => lock.release().await.is_ok_and(|rep| check(&rep)),
+            Err(_) => false,
+        }
+    })
+    .await
+}
+
+/// Resumes paused node `i` and says whether `key` is gone from it within 5 s: whatever was
+/// queued behind a SET on that node's connection (the release) must land after it.
+async fn cleaned_after_resume(nodes: &LocalNodes, i: usize, key: &str) -> bool {
+    nodes.resume(i).unwrap();
+    gone_within(nodes, i, key, Duration::from_secs(5)).await
 }

@@ -180,11 +180,8 @@ async fn release_during_an_extension_leaves_nothing_and_stops_extending() {
     }
     let r = unique("release-race");
     let key = redlock.key(&r);
-    let ttl = Duration::from_secs(2);
-    let lock = redlock.acquire(r.as_str(), ttl).await.unwrap();
-    let guard = lock
-        .keep_alive_with(KeepAliveOptions::default().renew_when_left(0.99))
-        .unwrap();
+    let options = KeepAliveOptions::default().renew_when_left(0.99);
+    let (guard, _) = kept_alive(&redlock, &r, Duration::from_secs(2), options).await;
     let handle = guard.handle();
     // Wait until extensions are flowing, then release mid-stream.
     while handle.extensions() < 3 {
@@ -221,15 +218,8 @@ async fn release_during_an_extension_leaves_nothing_and_stops_extending() {
 async fn a_budget_of_three_ttls_is_lost_on_schedule() {
     let env = env(3).await;
     let ttl = Duration::from_millis(400);
-    let lock = env
-        .redlock
-        .acquire(unique("budget").as_str(), ttl)
-        .await
-        .unwrap();
-    let acquired_at = lock.acquired_at();
-    let guard = lock
-        .keep_alive_with(KeepAliveOptions::default().max_hold(ttl * 3))
-        .unwrap();
+    let options = KeepAliveOptions::default().max_hold(ttl * 3);
+    let (guard, acquired_at) = kept_alive(&env.redlock, &unique("budget"), ttl, options).await;
     let reason = guard.lost().await;
     let lost_at = Instant::now();
     assert_eq!(reason, LostReason::BudgetExhausted);
@@ -260,13 +250,8 @@ async fn a_budget_of_three_ttls_is_lost_on_schedule() {
 async fn max_extensions_is_a_budget_too() {
     let env = env(3).await;
     let ttl = Duration::from_millis(200);
-    let guard = env
-        .redlock
-        .acquire(unique("max-ext").as_str(), ttl)
-        .await
-        .unwrap()
-        .keep_alive_with(KeepAliveOptions::default().max_extensions(2))
-        .unwrap();
+    let options = KeepAliveOptions::default().max_extensions(2);
+    let (guard, _) = kept_alive(&env.redlock, &unique("max-ext"), ttl, options).await;
     assert_eq!(guard.lost().await, LostReason::BudgetExhausted);
     assert_eq!(guard.extensions(), 2);
 }
@@ -304,10 +289,7 @@ async fn with_lock_releases_on_error_and_panic_and_drop() {
     .await;
     assert!(panicked.unwrap_err().is_panic());
     assert!(
-        eventually(Duration::from_secs(2), || async {
-            values(redlock, &key).await == vec![None; 3]
-        })
-        .await,
+        freed_within(redlock, &key, Duration::from_secs(2)).await,
         "not released after a panic"
     );
     // Outer future dropped mid-section.
@@ -327,10 +309,7 @@ async fn with_lock_releases_on_error_and_panic_and_drop() {
     task.abort();
     let _ = task.await;
     assert!(
-        eventually(Duration::from_secs(2), || async {
-            values(redlock, &key).await == vec![None; 3]
-        })
-        .await,
+        freed_within(redlock, &key, Duration::from_secs(2)).await,
         "not released after a drop"
     );
     // Invalid keep-alive options: typed error, nothing acquired.

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{local_with, unique};
+use common::{kept_alive, local_with, unique};
 use fredlock::{Error, InvalidInput, KeepAliveOptions, LostReason};
 use tokio::time::Instant;
 
@@ -18,10 +18,8 @@ async fn max_hold_without_a_limit_keeps_the_lock_and_excludes_others() {
     let (_nodes, redlock) = local_with(3, |b| b).await;
     let r = unique("maxhold-max");
     let ttl = Duration::from_millis(300);
-    let lock = redlock.acquire(r.as_str(), ttl).await.expect("acquire");
-    let guard = lock
-        .keep_alive_with(KeepAliveOptions::default().max_hold(Duration::MAX))
-        .expect("options");
+    let options = KeepAliveOptions::default().max_hold(Duration::MAX);
+    let (guard, _) = kept_alive(&redlock, &r, ttl, options).await;
     let handle = guard.handle();
     // Contend for three TTLs, until the third extension: never granted while the holder holds.
     let mut grants_while_held = 0;
@@ -88,14 +86,9 @@ async fn a_budget_moves_the_deadline_forward_only_and_ends_quietly() {
     let (_nodes, redlock) = local_with(3, |b| b).await;
     let ttl = Duration::from_millis(200);
     let max_hold = ttl * 5 / 2;
-    let lock = redlock
-        .acquire(unique("budget").as_str(), ttl)
-        .await
-        .expect("acquire");
-    let end = lock.acquired_at() + max_hold;
-    let guard = lock
-        .keep_alive_with(KeepAliveOptions::default().max_hold(max_hold))
-        .expect("options");
+    let options = KeepAliveOptions::default().max_hold(max_hold);
+    let (guard, acquired_at) = kept_alive(&redlock, &unique("budget"), ttl, options).await;
+    let end = acquired_at + max_hold;
     let handle = guard.handle();
     let mut last = handle.deadline();
     let reason = loop {
@@ -122,14 +115,9 @@ async fn a_budget_shorter_than_the_ttl_caps_the_deadline() {
     let (_nodes, redlock) = local_with(3, |b| b).await;
     let ttl = Duration::from_secs(10);
     let max_hold = Duration::from_millis(150);
-    let lock = redlock
-        .acquire(unique("short-budget").as_str(), ttl)
-        .await
-        .expect("acquire");
-    let end = lock.acquired_at() + max_hold;
-    let guard = lock
-        .keep_alive_with(KeepAliveOptions::default().max_hold(max_hold))
-        .expect("options");
+    let options = KeepAliveOptions::default().max_hold(max_hold);
+    let (guard, acquired_at) = kept_alive(&redlock, &unique("short-budget"), ttl, options).await;
+    let end = acquired_at + max_hold;
     assert!(guard.deadline() <= end);
     assert_eq!(guard.lost().await, LostReason::BudgetExhausted);
     assert!(Instant::now() <= end + Duration::from_millis(50));
@@ -143,13 +131,8 @@ async fn a_budget_shorter_than_the_ttl_caps_the_deadline() {
 async fn renewing_almost_at_once_is_paced() {
     let (_nodes, redlock) = local_with(3, |b| b).await;
     let ttl = Duration::from_millis(500);
-    let lock = redlock
-        .acquire(unique("storm").as_str(), ttl)
-        .await
-        .expect("acquire");
-    let guard = lock
-        .keep_alive_with(KeepAliveOptions::default().renew_when_left(0.999))
-        .expect("options");
+    let options = KeepAliveOptions::default().renew_when_left(0.999);
+    let (guard, _) = kept_alive(&redlock, &unique("storm"), ttl, options).await;
     let handle = guard.handle();
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(1) {

@@ -6,20 +6,12 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use fredlock::fred::prelude::KeysInterface;
 use fredlock::{Error, NotHeldReason};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ttl_expiry_frees_a_crashed_holder() {
-    let env = env_with(3, |b| {
-        b.retry(fredlock::Retry {
-            attempts: 1000,
-            delay: Duration::from_millis(5),
-            jitter: Duration::from_millis(5),
-        })
-    })
-    .await;
+    let env = env_with(3, |b| b.retry(retry(1000, 5, 5))).await;
     let r = unique("crash");
     let ttl = Duration::from_millis(500);
     let first = env.redlock.acquire(r.as_str(), ttl).await.unwrap();
@@ -51,32 +43,21 @@ async fn ttl_expiry_frees_a_crashed_holder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_release_and_extend_leave_the_next_holder_alone() {
     let env = env(3).await;
+    let redlock = &env.redlock;
     let r = unique("stolen");
-    let key = env.redlock.key(&r);
-    let mut old = env
-        .redlock
+    let key = redlock.key(&r);
+    let mut old = redlock
         .acquire(r.as_str(), Duration::from_millis(200))
         .await
         .unwrap();
     // Wait until the keys are really gone everywhere (expiry is the event; poll for it).
-    let redlock = &env.redlock;
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            values(redlock, &key).await == vec![None; 3]
-        })
-        .await
-    );
-    let new = env
-        .redlock
+    assert!(freed_within(redlock, &key, Duration::from_secs(3)).await);
+    let new = redlock
         .acquire(r.as_str(), Duration::from_secs(10))
         .await
         .expect("new holder");
-    assert!(
-        eventually(Duration::from_secs(2), || async {
-            values(redlock, &key).await == vec![Some(new.token().to_string()); 3]
-        })
-        .await
-    );
+    let held_by_new = vec![Some(new.token().to_string()); 3];
+    assert!(values_become(redlock, &key, &held_by_new, Duration::from_secs(2)).await);
 
     // Stale extend: expired locally, so nothing is even sent.
     match old.extend(Duration::from_secs(10)).await {
@@ -95,11 +76,8 @@ async fn stale_release_and_extend_leave_the_next_holder_alone() {
         }) => assert_eq!(votes.granted(), 0),
         other => panic!("expected NotHeld(TokenGone), got {other:?}"),
     }
-    assert_eq!(
-        values(redlock, &key).await,
-        vec![Some(new.token().to_string()); 3]
-    );
-    let inspection = env.redlock.inspect(&r).await.unwrap();
+    assert_eq!(values(redlock, &key).await, held_by_new);
+    let inspection = redlock.inspect(&r).await.unwrap();
     assert_eq!(inspection.holder(), Some(new.token()));
     new.release().await.expect("the new holder still holds it");
 }
@@ -107,10 +85,10 @@ async fn stale_release_and_extend_leave_the_next_holder_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_moves_the_deadline_and_never_revives() {
     let env = env(3).await;
+    let redlock = &env.redlock;
     let r = unique("extend");
-    let key = env.redlock.key(&r);
-    let mut lock = env
-        .redlock
+    let key = redlock.key(&r);
+    let mut lock = redlock
         .acquire(r.as_str(), Duration::from_secs(2))
         .await
         .unwrap();
@@ -124,20 +102,14 @@ async fn extend_moves_the_deadline_and_never_revives() {
     assert!(lock.deadline() >= started + validity && lock.deadline() <= finished + validity);
     assert_eq!(lock.ttl(), Duration::from_secs(20));
     for i in 0..3 {
-        let pttl = env
-            .redlock
-            .client(i)
-            .unwrap()
-            .pttl::<i64, _>(&key)
-            .await
-            .unwrap();
+        let pttl = pttl(redlock, i, &key).await;
         assert!(pttl > 10_000 && pttl <= 20_000, "node {i}: pttl {pttl}");
     }
 
     // Keys gone behind our back (expired on the nodes while we think we are valid): extend must
     // report it and must not re-create them.
     for i in 0..3 {
-        del(&env.redlock, i, &key).await;
+        del(redlock, i, &key).await;
     }
     match lock.extend(Duration::from_secs(20)).await {
         Err(Error::NotHeld {
@@ -148,29 +120,23 @@ async fn extend_moves_the_deadline_and_never_revives() {
         other => panic!("expected NotHeld(TokenGone), got {other:?}"),
     }
     assert_eq!(
-        values(&env.redlock, &key).await,
+        values(redlock, &key).await,
         vec![None; 3],
         "extend revived an expired key"
     );
 
     // A foreign value at the key (another owner): extend leaves it and its TTL alone.
     for i in 0..3 {
-        set_foreign(&env.redlock, i, &key).await;
+        set_foreign(redlock, i, &key).await;
     }
     assert!(lock.extend(Duration::from_secs(60)).await.is_err());
     for i in 0..3 {
-        let pttl = env
-            .redlock
-            .client(i)
-            .unwrap()
-            .pttl::<i64, _>(&key)
-            .await
-            .unwrap();
+        let pttl = pttl(redlock, i, &key).await;
         assert!(pttl <= 30_000, "foreign key's TTL was extended: {pttl}");
     }
     assert!(matches!(lock.release().await, Err(Error::NotHeld { .. })));
     assert_eq!(
-        values(&env.redlock, &key).await,
+        values(redlock, &key).await,
         vec![Some("someone-else".to_string()); 3]
     );
 }
@@ -216,12 +182,8 @@ async fn script_flush_does_not_stop_release_or_extend() {
         .expect("multi acquire after flush");
     three.release().await.unwrap();
     for key in [redlock.key(&single), redlock.key(&a), redlock.key(&b)] {
-        let redlock = &redlock;
         assert!(
-            eventually(Duration::from_secs(2), || async {
-                values(redlock, &key).await == vec![None; 3]
-            })
-            .await,
+            freed_within(&redlock, &key, Duration::from_secs(2)).await,
             "{key}"
         );
     }
@@ -238,13 +200,7 @@ async fn dropping_a_lock_releases_it_in_the_background() {
         .await
         .unwrap();
     drop(lock);
-    let redlock = &env.redlock;
-    assert!(
-        eventually(Duration::from_secs(2), || async {
-            values(redlock, &key).await == vec![None; 3]
-        })
-        .await
-    );
+    assert!(freed_within(&env.redlock, &key, Duration::from_secs(2)).await);
     assert!(env
         .redlock
         .try_acquire(r.as_str(), Duration::from_secs(1))
@@ -255,14 +211,7 @@ async fn dropping_a_lock_releases_it_in_the_background() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_with_waits_for_the_wait_not_the_attempt_count() {
-    let env = env_with(3, |b| {
-        b.retry(fredlock::Retry {
-            attempts: 1,
-            delay: Duration::from_millis(20),
-            jitter: Duration::from_millis(10),
-        })
-    })
-    .await;
+    let env = env_with(3, |b| b.retry(retry(1, 20, 10))).await;
     let r = unique("wait");
     let held = env
         .redlock

@@ -6,21 +6,13 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use fredlock::Retry;
 use futures::StreamExt;
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_kept_alive_locks() {
     // Bursts of 256 acquires on a loaded 2-core machine can meet a node timeout: retry.
-    let env = env_with(3, |b| {
-        b.retry(Retry {
-            attempts: 10,
-            delay: Duration::from_millis(10),
-            jitter: Duration::from_millis(10),
-        })
-    })
-    .await;
+    let env = env_with(3, |b| b.retry(retry(10, 10, 10))).await;
     // 10 s: renewing 10,000 locks every ~6.7 s is ~1,500 extension rounds/s, within what a debug
     // build on a busy 2-core machine sustains (a 3 s TTL needed 5,000/s and lost most locks there).
     let ttl = Duration::from_secs(10);

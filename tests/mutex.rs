@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use fredlock::fred::prelude::KeysInterface;
-use fredlock::{Redlock, Retry};
+use fredlock::Redlock;
 use tokio::time::Instant;
 
 const TASKS: usize = 32;
@@ -27,14 +27,7 @@ async fn increment(redlock: &Redlock, counter: &str) {
 }
 
 async fn run(locked: bool) -> (i64, Vec<(Instant, Instant)>) {
-    let env = env_with(3, |b| {
-        b.retry(Retry {
-            attempts: 100_000,
-            delay: Duration::from_millis(1),
-            jitter: Duration::from_millis(3),
-        })
-    })
-    .await;
+    let env = env_with(3, |b| b.retry(retry(100_000, 1, 3))).await;
     let resource = unique("mutex");
     let counter = unique("counter");
     let windows = Arc::new(Mutex::new(Vec::new()));

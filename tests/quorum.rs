@@ -38,17 +38,10 @@ async fn every_mask(n: usize) {
         }
         // Foreign values intact, our token gone everywhere (the failed attempt cleaned up, or
         // the release did). Late releases can still be in flight on the free nodes: wait for them.
-        let ok = eventually(Duration::from_secs(2), || async {
-            let vals = values(&env.redlock, &key).await;
-            vals.iter().enumerate().all(|(i, v)| {
-                if mask & (1 << i) != 0 {
-                    v.as_deref() == Some("someone-else")
-                } else {
-                    v.is_none()
-                }
-            })
-        })
-        .await;
+        let want: Vec<Option<String>> = (0..n)
+            .map(|i| (mask & (1 << i) != 0).then(|| "someone-else".to_string()))
+            .collect();
+        let ok = values_become(&env.redlock, &key, &want, Duration::from_secs(2)).await;
         assert!(
             ok,
             "n={n} mask={mask:b}: {:?} (our token {token:?})",
@@ -111,13 +104,7 @@ async fn several_resources_are_all_or_nothing() {
     for key in [env.redlock.key(&a), env.redlock.key(&b)] {
         // acquire returns at quorum; the last node's SET may still be on its way.
         let want = vec![Some(both.token().to_string()); 3];
-        let redlock = &env.redlock;
-        assert!(
-            eventually(Duration::from_secs(2), || async {
-                values(redlock, &key).await == want
-            })
-            .await
-        );
+        assert!(values_become(&env.redlock, &key, &want, Duration::from_secs(2)).await);
     }
     // Overlapping sets conflict; disjoint ones do not.
     assert!(env
@@ -140,13 +127,7 @@ async fn several_resources_are_all_or_nothing() {
     only_c.release().await.unwrap();
     both.release().await.expect("release both");
     for key in [env.redlock.key(&a), env.redlock.key(&b)] {
-        let redlock = &env.redlock;
-        assert!(
-            eventually(Duration::from_secs(2), || async {
-                values(redlock, &key).await == vec![None; 3]
-            })
-            .await
-        );
+        assert!(freed_within(&env.redlock, &key, Duration::from_secs(2)).await);
     }
     // Duplicates collapse.
     let dup = env

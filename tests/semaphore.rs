@@ -7,21 +7,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{local_with, unique};
-use fredlock::{Error, InvalidInput, KeepAliveOptions, LostReason, Retry};
+use common::{local_with, retry, unique};
+use fredlock::{Error, InvalidInput, KeepAliveOptions, LostReason};
 
 /// 12 tasks, 3 permits, each holding for a while: the number of concurrent holders, counted on
 /// the client side, never exceeds 3; and without the semaphore it does (the test can fail).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_more_holders_than_permits() {
-    let (_nodes, redlock) = local_with(3, |b| {
-        b.retry(Retry {
-            attempts: 1000,
-            delay: Duration::from_millis(2),
-            jitter: Duration::from_millis(3),
-        })
-    })
-    .await;
+    let (_nodes, redlock) = local_with(3, |b| b.retry(retry(1000, 2, 3))).await;
     let sem = redlock.semaphore(unique("pool"), 3).expect("semaphore");
     let run = |guarded: bool| {
         let sem = sem.clone();

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::unique;
-use fredlock::{Redlock, Retry};
+use fredlock::Redlock;
 use fredlock_testkit::strawman::NaiveSemaphore;
 use fredlock_testkit::{Fault, FaultProxy, LocalNodes};
 
@@ -57,11 +57,7 @@ async fn per_node_counting_admits_too_many_and_slots_do_not() {
         }
         let redlock = Redlock::builder()
             .nodes(urls)
-            .retry(Retry {
-                attempts: 20,
-                delay: Duration::from_millis(5),
-                jitter: Duration::from_millis(5),
-            })
+            .retry(common::retry(20, 5, 5))
             .connect_wait(Duration::from_millis(300))
             .build()
             .await

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use fredlock::fred::prelude::KeysInterface;
-use fredlock::{Builder, Redlock, Retry};
+use fredlock::{Builder, KeepAlive, KeepAliveOptions, Redlock, Retry};
 use fredlock_testkit::{self as testkit, LocalNodes, TestNodes};
 use tokio::time::Instant;
 
@@ -17,10 +17,15 @@ pub struct Env {
 
 /// Fast retries for tests: contention resolves in milliseconds.
 pub fn fast_retry() -> Retry {
+    retry(3, 5, 5)
+}
+
+/// `attempts` attempts, `delay_ms` apart plus up to `jitter_ms` of jitter.
+pub const fn retry(attempts: u32, delay_ms: u64, jitter_ms: u64) -> Retry {
     Retry {
-        attempts: 3,
-        delay: Duration::from_millis(5),
-        jitter: Duration::from_millis(5),
+        attempts,
+        delay: Duration::from_millis(delay_ms),
+        jitter: Duration::from_millis(jitter_ms),
     }
 }
 
@@ -34,10 +39,7 @@ pub async fn env_with(n: usize, tweak: impl FnOnce(Builder) -> Builder) -> Env {
     let nodes = testkit::from_env_or_start(n)
         .await
         .expect("start redis-server nodes");
-    let redlock = tweak(Redlock::builder().nodes(nodes.urls()).retry(fast_retry()))
-        .build()
-        .await
-        .expect("build");
+    let redlock = build(nodes.urls(), tweak).await;
     Env { nodes, redlock }
 }
 
@@ -46,11 +48,16 @@ pub async fn local_with(n: usize, tweak: impl FnOnce(Builder) -> Builder) -> (Lo
     let nodes = LocalNodes::start(n)
         .await
         .expect("start redis-server nodes");
-    let redlock = tweak(Redlock::builder().nodes(nodes.urls()).retry(fast_retry()))
+    let redlock = build(nodes.urls(), tweak).await;
+    (nodes, redlock)
+}
+
+/// A Redlock over `urls` with [`fast_retry`], then `tweak`.
+pub async fn build(urls: Vec<String>, tweak: impl FnOnce(Builder) -> Builder) -> Redlock {
+    tweak(Redlock::builder().nodes(urls).retry(fast_retry()))
         .build()
         .await
-        .expect("build");
-    (nodes, redlock)
+        .expect("build")
 }
 
 /// A resource name no other test (or earlier run on external nodes) uses.
@@ -100,6 +107,47 @@ pub async fn values(redlock: &Redlock, key: &str) -> Vec<Option<String>> {
         out.push(get(redlock, i, key).await);
     }
     out
+}
+
+/// Whether the values of `key` on every node become `want` within `within` (a release or an
+/// expiry landing on the last node).
+pub async fn values_become(
+    redlock: &Redlock,
+    key: &str,
+    want: &[Option<String>],
+    within: Duration,
+) -> bool {
+    eventually(within, || async { values(redlock, key).await == want }).await
+}
+
+/// Whether `key` is gone from every node within `within`.
+pub async fn freed_within(redlock: &Redlock, key: &str, within: Duration) -> bool {
+    let none = vec![None; redlock.node_names().len()];
+    values_become(redlock, key, &none, within).await
+}
+
+/// PTTL of `key` on node `i` through the Redlock's own client.
+pub async fn pttl(redlock: &Redlock, i: usize, key: &str) -> i64 {
+    redlock
+        .client(i)
+        .expect("node")
+        .pttl(key)
+        .await
+        .expect("PTTL")
+}
+
+/// Acquires `r` for `ttl` and keeps it alive with `options`. Returns the guard and when the
+/// acquire started (`Lock::acquired_at`: validity and budgets count from there).
+pub async fn kept_alive(
+    redlock: &Redlock,
+    r: &str,
+    ttl: Duration,
+    options: KeepAliveOptions,
+) -> (KeepAlive, Instant) {
+    let lock = redlock.acquire(r, ttl).await.expect("acquire");
+    let acquired_at = lock.acquired_at();
+    let guard = lock.keep_alive_with(options).expect("keep-alive options");
+    (guard, acquired_at)
 }
 
 /// Polls `check` until it holds or `within` passes. For state that changes in the background
