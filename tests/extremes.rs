@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use fredlock::{Error, KeepAliveOptions, LostReason, OnLost, Redlock, Retry, WithLock};
+use fredlock::{Election, Error, KeepAliveOptions, LostReason, OnLost, Redlock, Retry, WithLock};
 use fredlock_testkit::LocalNodes;
 use proptest::prelude::*;
 
@@ -52,15 +52,16 @@ fn integers() -> impl Strategy<Value = u32> {
     prop_oneof![Just(0), Just(1), Just(u32::MAX), any::<u32>()]
 }
 
-fn keep_alive_options() -> impl Strategy<
-    Value = (
-        f64,
-        Option<Duration>,
-        Option<Duration>,
-        Option<u32>,
-        Option<Duration>,
-    ),
-> {
+/// Keep-alive options as drawn: renew_when_left, ttl, max_hold, max_extensions, retry_delay.
+type KaDraw = (
+    f64,
+    Option<Duration>,
+    Option<Duration>,
+    Option<u32>,
+    Option<Duration>,
+);
+
+fn keep_alive_options() -> impl Strategy<Value = KaDraw> {
     (
         floats(),
         proptest::option::of(durations()),
@@ -70,15 +71,7 @@ fn keep_alive_options() -> impl Strategy<
     )
 }
 
-fn ka_options(
-    (renew, ttl, max_hold, max_extensions, retry_delay): (
-        f64,
-        Option<Duration>,
-        Option<Duration>,
-        Option<u32>,
-        Option<Duration>,
-    ),
-) -> KeepAliveOptions {
+fn ka_options((renew, ttl, max_hold, max_extensions, retry_delay): KaDraw) -> KeepAliveOptions {
     let mut o = KeepAliveOptions::default().renew_when_left(renew);
     if let Some(t) = ttl {
         o = o.ttl(t);
@@ -108,16 +101,7 @@ fn world() -> World {
         .enable_all()
         .build()
         .expect("runtime");
-    let (nodes, redlock) = rt.block_on(async {
-        let nodes = LocalNodes::start(3).await.expect("nodes");
-        let redlock = Redlock::builder()
-            .nodes(nodes.urls())
-            .retry(common::fast_retry())
-            .build()
-            .await
-            .expect("build");
-        (nodes, redlock)
-    });
+    let (nodes, redlock) = rt.block_on(common::local_with(3, |b| b));
     World {
         rt,
         urls: nodes.urls(),
@@ -128,6 +112,15 @@ fn world() -> World {
 
 fn input_or_ok<T>(r: &Result<T, Error>) -> bool {
     matches!(r, Ok(_) | Err(Error::InvalidInput(_)))
+}
+
+/// An election (resigned at once) or `InvalidInput`: nothing else.
+async fn elected_or_invalid(elected: Result<Election, Error>) -> Result<(), TestCaseError> {
+    match elected {
+        Ok(election) => election.resign().await,
+        Err(e) => prop_assert!(matches!(e, Error::InvalidInput(_)), "{e:?}"),
+    }
+    Ok(())
 }
 
 /// `input_or_ok`, or a TTL so short that the round outlived the validity: the right answer.
@@ -275,11 +268,7 @@ fn keep_alive_and_election_options_never_panic() {
                         && matches!(out, Err(Error::Lost { reason: LostReason::BudgetExhausted, .. }))),
                 "{out:?}"
             );
-            match redlock.elect_with(common::unique("e"), ttl, ka_options(ka)) {
-                Ok(election) => election.resign().await,
-                Err(e) => prop_assert!(matches!(e, Error::InvalidInput(_)), "{e:?}"),
-            }
-            Ok(())
+            elected_or_invalid(redlock.elect_with(common::unique("e"), ttl, ka_options(ka))).await
         })?;
     });
 }
@@ -290,11 +279,7 @@ fn election_ttl_never_panics() {
     let w = world();
     proptest!(config(), |(ttl in durations())| {
         w.rt.block_on(async {
-            match w.redlock.elect(common::unique("et"), ttl) {
-                Ok(election) => election.resign().await,
-                Err(e) => prop_assert!(matches!(e, Error::InvalidInput(_)), "{e:?}"),
-            }
-            Ok(())
+            elected_or_invalid(w.redlock.elect(common::unique("et"), ttl)).await
         })?;
     });
 }

@@ -21,16 +21,26 @@ async fn fenced(n: usize) -> (LocalNodes, Redlock) {
     .await
 }
 
+/// The last fencing token seen: each holder's must be higher.
+#[derive(Default)]
+struct Rising(u64);
+
+impl Rising {
+    fn next(&mut self, token: Option<u64>, holder: usize) {
+        let token = token.expect("fencing on: a token");
+        assert!(token > self.0, "holder {holder}: {token} after {}", self.0);
+        self.0 = token;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_increase_across_holders() {
     let (_nodes, redlock) = fenced(3).await;
     let r = unique("seq");
-    let mut last = 0;
-    for _ in 0..20 {
+    let mut last = Rising::default();
+    for holder in 0..20 {
         let lock = redlock.acquire(r.as_str(), TTL).await.expect("acquire");
-        let token = lock.fencing_token().expect("fencing on");
-        assert!(token > last, "{token} after {last}");
-        last = token;
+        last.next(lock.fencing_token(), holder);
         lock.release().await.expect("release");
     }
     // Without fencing: no token.
@@ -45,16 +55,14 @@ async fn tokens_increase_across_holders() {
 async fn tokens_increase_when_every_grant_has_another_majority() {
     let (nodes, redlock) = fenced(3).await;
     let r = unique("majorities");
-    let mut last = 0;
+    let mut last = Rising::default();
     for round in 0..6 {
         let frozen = round % 3;
         nodes.pause(frozen).expect("pause");
         let lock = redlock.acquire(r.as_str(), TTL).await;
         nodes.resume(frozen).expect("resume");
         let lock = lock.expect("a majority is up");
-        let token = lock.fencing_token().expect("token");
-        assert!(token > last, "round {round}: {token} after {last}");
-        last = token;
+        last.next(lock.fencing_token(), round);
         lock.release().await.expect("release");
     }
 }
@@ -115,12 +123,10 @@ async fn one_token_per_resource_and_per_slot() {
     both.release().await.expect("release");
 
     let sem = redlock.semaphore(unique("sem"), 1).expect("semaphore");
-    let mut last = 0;
-    for _ in 0..5 {
+    let mut last = Rising::default();
+    for holder in 0..5 {
         let permit = sem.acquire(TTL).await.expect("permit");
-        let token = permit.fencing_token().expect("token");
-        assert!(token > last);
-        last = token;
+        last.next(permit.fencing_token(), holder);
         permit.release().await.expect("release");
     }
 }

@@ -66,6 +66,14 @@ impl Conn {
     }
 }
 
+/// One node, a proxy in front of it (passing), and a connection through the proxy.
+async fn proxied() -> (LocalNodes, FaultProxy, Conn) {
+    let nodes = LocalNodes::start(1).await.unwrap();
+    let proxy = FaultProxy::start(nodes.addr(0)).await.unwrap();
+    let conn = Conn::connect(proxy.addr()).await.unwrap();
+    (nodes, proxy, conn)
+}
+
 fn assert_timed_out(result: io::Result<RespValue>) {
     match result {
         Err(e) if e.kind() == io::ErrorKind::TimedOut => {}
@@ -375,9 +383,7 @@ async fn proxy_pass_forwards_both_ways() {
 
 #[tokio::test]
 async fn proxy_blackhole_swallows_then_pass_resumes_with_new_data() {
-    let nodes = LocalNodes::start(1).await.unwrap();
-    let proxy = FaultProxy::start(nodes.addr(0)).await.unwrap();
-    let mut conn = Conn::connect(proxy.addr()).await.unwrap();
+    let (nodes, proxy, mut conn) = proxied().await;
     assert_eq!(conn.call(&["PING"]).await.unwrap(), simple("PONG"));
 
     proxy.set(Fault::Blackhole);
@@ -405,9 +411,7 @@ async fn proxy_blackhole_swallows_then_pass_resumes_with_new_data() {
 
 #[tokio::test]
 async fn proxy_hold_replies_delivers_after_switch() {
-    let nodes = LocalNodes::start(1).await.unwrap();
-    let proxy = FaultProxy::start(nodes.addr(0)).await.unwrap();
-    let mut conn = Conn::connect(proxy.addr()).await.unwrap();
+    let (nodes, proxy, mut conn) = proxied().await;
 
     proxy.set(Fault::HoldReplies);
     conn.send(&["SET", "held", "1"]).await.unwrap();
@@ -427,9 +431,7 @@ async fn proxy_hold_replies_delivers_after_switch() {
 
 #[tokio::test]
 async fn proxy_drop_replies_loses_the_reply() {
-    let nodes = LocalNodes::start(1).await.unwrap();
-    let proxy = FaultProxy::start(nodes.addr(0)).await.unwrap();
-    let mut conn = Conn::connect(proxy.addr()).await.unwrap();
+    let (nodes, proxy, mut conn) = proxied().await;
 
     proxy.set(Fault::DropReplies);
     conn.send(&["SET", "dropped-reply", "1"]).await.unwrap();
@@ -448,9 +450,7 @@ async fn proxy_drop_replies_loses_the_reply() {
 
 #[tokio::test]
 async fn proxy_latency_delays_replies_in_order() {
-    let nodes = LocalNodes::start(1).await.unwrap();
-    let proxy = FaultProxy::start(nodes.addr(0)).await.unwrap();
-    let mut conn = Conn::connect(proxy.addr()).await.unwrap();
+    let (_nodes, proxy, mut conn) = proxied().await;
     let delay = Duration::from_millis(200);
 
     proxy.set(Fault::Latency(delay));
@@ -485,9 +485,7 @@ async fn proxy_latency_delays_replies_in_order() {
 
 #[tokio::test]
 async fn proxy_reset_aborts_open_and_new_connections() {
-    let nodes = LocalNodes::start(1).await.unwrap();
-    let proxy = FaultProxy::start(nodes.addr(0)).await.unwrap();
-    let mut conn = Conn::connect(proxy.addr()).await.unwrap();
+    let (_nodes, proxy, mut conn) = proxied().await;
     assert_eq!(conn.call(&["PING"]).await.unwrap(), simple("PONG"));
 
     proxy.set(Fault::Reset);
