@@ -124,6 +124,8 @@ impl Floor {
         for url in urls {
             let mut config =
                 Config::from_url(url).unwrap_or_else(|e| panic!("floor: bad URL {url}: {e}"));
+            // Deliberately a copy of fredlock's client settings (src/node.rs), not a call into
+            // them: the floor must stay plain fred, and a fair baseline needs the same settings.
             config.fail_fast = true;
             let client = fredlock::fred::types::Builder::from_config(config)
                 .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
@@ -794,20 +796,16 @@ async fn main() {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    println!(
-        "per-round p50 (µs): floor [{}], fredlock [{}], blackhole [{}], silent-after-connect [{}]",
-        list(&s_floor.p50),
-        list(&s_healthy.p50),
-        list(&s_silent.p50),
-        list(&s_stalled.p50)
-    );
-    println!(
-        "per-round p99 (µs): floor [{}], fredlock [{}], blackhole [{}], silent-after-connect [{}]",
-        list(&s_floor.p99),
-        list(&s_healthy.p99),
-        list(&s_silent.p99),
-        list(&s_stalled.p99)
-    );
+    for name in ["p50", "p99"] {
+        let of = |s: &Series| list(if name == "p50" { &s.p50 } else { &s.p99 });
+        println!(
+            "per-round {name} (µs): floor [{}], fredlock [{}], blackhole [{}], silent-after-connect [{}]",
+            of(&s_floor),
+            of(&s_healthy),
+            of(&s_silent),
+            of(&s_stalled)
+        );
+    }
     println!(
         "per-round cycles/s: floor [{}], fredlock [{}]",
         list(&rates(&t_floor)),

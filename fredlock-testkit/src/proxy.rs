@@ -435,6 +435,8 @@ impl Blackhole {
         })
     }
 
+    // addr() and url() as on FaultProxy, on purpose: either stands in for a node in a URL list.
+
     /// The listening address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
