@@ -8,7 +8,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{behind_proxies, local_with, unique};
+use common::{behind_proxies, local_with, resource, unique};
 use fredlock::{Error, NodeError, NodeErrorKind, Redlock, Retry, Vote};
 use fredlock_testkit::{Fault, LocalNodes};
 use tokio::time::Instant;
@@ -418,8 +418,7 @@ async fn acquire_with_bound_does_not_wait_for_the_clean_up() {
     let nodes = LocalNodes::start(3).await.expect("nodes");
     let node_timeout = Duration::from_millis(400);
     let (proxies, redlock) = behind_proxies(&nodes, |b| b.node_timeout(node_timeout)).await;
-    let r = unique("bound");
-    let key = redlock.key(&r);
+    let (r, key) = resource(&redlock, "bound");
     nodes.set(1, &key, "someone-else").await.expect("set");
     nodes.set(2, &key, "someone-else").await.expect("set");
     proxies[0].set(Fault::Latency(Duration::from_millis(250)));

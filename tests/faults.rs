@@ -30,8 +30,7 @@ async fn one_killed_node_costs_no_latency() {
 async fn one_paused_node_costs_no_latency_and_is_cleaned_after_resume() {
     let (nodes, redlock) = local_with(3, |b| b.node_timeout(NODE_TIMEOUT)).await;
     nodes.pause(2).unwrap();
-    let r = unique("paused");
-    let key = redlock.key(&r);
+    let (r, key) = resource(&redlock, "paused");
     cycle_fast(&redlock, &r).await;
     // The paused node got our SET and then our release, queued in that order on one connection:
     // once it runs again, the SET lands first and the release removes it.
@@ -103,8 +102,7 @@ async fn majority_paused_is_unavailable_within_bound_and_cleaned_after_resume() 
         local_with(3, |b| b.node_timeout(node_timeout).retry(retry(2, 10, 10))).await;
     nodes.pause(1).unwrap();
     nodes.pause(2).unwrap();
-    let r = unique("majority-paused");
-    let key = redlock.key(&r);
+    let (r, key) = resource(&redlock, "majority-paused");
     let err = fails_within(&redlock, &r, (node_timeout + Duration::from_millis(20)) * 2).await;
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     assert_eq!(
@@ -127,8 +125,7 @@ async fn majority_paused_is_unavailable_within_bound_and_cleaned_after_resume() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_acquire_leaves_no_key() {
     let (nodes, redlock) = local_with(3, |b| b.node_timeout(NODE_TIMEOUT)).await;
-    let r = unique("cancelled");
-    let key = redlock.key(&r);
+    let (r, key) = resource(&redlock, "cancelled");
     // Node 1 is held by someone else and node 2 is paused: node 0 grants, then the attempt has to
     // wait for node 2. We drop it while it waits.
     set_foreign(&redlock, 1, &key).await;
@@ -234,8 +231,7 @@ async fn a_failed_acquire_leaves_no_key_on_a_live_node_after_the_dead_ones() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_reaches_a_live_node_after_the_first_two_die() {
     let (mut nodes, redlock) = local_with(3, |b| b.node_timeout(Duration::from_millis(300))).await;
-    let r = unique("release-after-two-died");
-    let key = redlock.key(&r);
+    let (r, key) = resource(&redlock, "release-after-two-died");
     let lock = redlock.acquire(r.as_str(), TTL).await.unwrap();
     nodes.kill(0).unwrap();
     nodes.kill(1).unwrap();

@@ -178,8 +178,7 @@ async fn release_during_an_extension_leaves_nothing_and_stops_extending() {
     for p in &proxies {
         p.set(Fault::Latency(Duration::from_millis(40)));
     }
-    let r = unique("release-race");
-    let key = redlock.key(&r);
+    let (r, key) = resource(&redlock, "release-race");
     let options = KeepAliveOptions::default().renew_when_left(0.99);
     let (guard, _) = kept_alive(&redlock, &r, Duration::from_secs(2), options).await;
     let handle = guard.handle();
@@ -259,8 +258,7 @@ async fn max_extensions_is_a_budget_too() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_lock_releases_on_error_and_panic_and_drop() {
     let env = env(3).await;
-    let r = unique("exit-paths");
-    let key = env.redlock.key(&r);
+    let (r, key) = resource(&env.redlock, "exit-paths");
     let ttl = Duration::from_secs(30);
     // Return with an error value.
     let out: Result<Result<(), &str>, Error> = env

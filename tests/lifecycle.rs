@@ -44,8 +44,7 @@ async fn ttl_expiry_frees_a_crashed_holder() {
 async fn stale_release_and_extend_leave_the_next_holder_alone() {
     let env = env(3).await;
     let redlock = &env.redlock;
-    let r = unique("stolen");
-    let key = redlock.key(&r);
+    let (r, key) = resource(redlock, "stolen");
     let mut old = redlock
         .acquire(r.as_str(), Duration::from_millis(200))
         .await
@@ -86,8 +85,7 @@ async fn stale_release_and_extend_leave_the_next_holder_alone() {
 async fn extend_moves_the_deadline_and_never_revives() {
     let env = env(3).await;
     let redlock = &env.redlock;
-    let r = unique("extend");
-    let key = redlock.key(&r);
+    let (r, key) = resource(redlock, "extend");
     let mut lock = redlock
         .acquire(r.as_str(), Duration::from_secs(2))
         .await
@@ -192,8 +190,7 @@ async fn script_flush_does_not_stop_release_or_extend() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_lock_releases_it_in_the_background() {
     let env = env(3).await;
-    let r = unique("drop");
-    let key = env.redlock.key(&r);
+    let (r, key) = resource(&env.redlock, "drop");
     let lock = env
         .redlock
         .acquire(r.as_str(), Duration::from_secs(30))
@@ -249,8 +246,7 @@ async fn acquire_with_waits_for_the_wait_not_the_attempt_count() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_waits_for_background_releases() {
     let env = env(3).await;
-    let r = unique("close");
-    let key = env.redlock.key(&r);
+    let (r, key) = resource(&env.redlock, "close");
     for _ in 0..20 {
         let lock = env
             .redlock

@@ -21,6 +21,10 @@ fn simple(s: &str) -> RespValue {
     RespValue::Simple(s.to_owned())
 }
 
+fn bulk(s: &str) -> RespValue {
+    RespValue::Bulk(Some(s.as_bytes().to_vec()))
+}
+
 /// A raw client connection that keeps unparsed bytes between replies, so
 /// tests control exactly when requests are written and replies awaited.
 struct Conn {
@@ -64,6 +68,14 @@ impl Conn {
         self.send(args).await?;
         self.recv(ANSWER).await
     }
+
+    /// Sends every request, then checks that no reply comes (a fault withholds them).
+    async fn unanswered(&mut self, requests: &[&[&str]]) {
+        for args in requests {
+            self.send(args).await.unwrap();
+        }
+        assert_timed_out(self.recv(SILENCE).await);
+    }
 }
 
 /// One node, a proxy in front of it (passing), and a connection through the proxy.
@@ -72,6 +84,17 @@ async fn proxied() -> (LocalNodes, FaultProxy, Conn) {
     let proxy = FaultProxy::start(nodes.addr(0)).await.unwrap();
     let conn = Conn::connect(proxy.addr()).await.unwrap();
     (nodes, proxy, conn)
+}
+
+/// The peer closed the connection or reset it (which one depends on timing).
+fn assert_closed(err: &io::Error) {
+    assert!(
+        matches!(
+            err.kind(),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof
+        ),
+        "{err}"
+    );
 }
 
 fn assert_timed_out(result: io::Result<RespValue>) {
@@ -150,10 +173,7 @@ async fn three_independent_nodes_answer_commands() {
             .command(0, &["LRANGE", "list", "0", "-1"])
             .await
             .unwrap(),
-        RespValue::Array(Some(vec![
-            RespValue::Bulk(Some(b"a".to_vec())),
-            RespValue::Bulk(Some(b"b".to_vec())),
-        ]))
+        RespValue::Array(Some(vec![bulk("a"), bulk("b"),]))
     );
     // Bad indexes are errors, not panics.
     assert_eq!(
@@ -388,8 +408,7 @@ async fn proxy_blackhole_swallows_then_pass_resumes_with_new_data() {
 
     proxy.set(Fault::Blackhole);
     assert_eq!(proxy.fault(), Fault::Blackhole);
-    conn.send(&["PING"]).await.unwrap();
-    assert_timed_out(conn.recv(SILENCE).await);
+    conn.unanswered(&[&["PING"]]).await;
     // Requests are not forwarded either: the SET never reaches the node.
     conn.send(&["SET", "blackholed", "1"]).await.unwrap();
     assert_timed_out(conn.recv(SILENCE).await);
@@ -401,10 +420,7 @@ async fn proxy_blackhole_swallows_then_pass_resumes_with_new_data() {
 
     proxy.set(Fault::Pass);
     // Swallowed bytes are gone; new bytes pass, and only their reply comes.
-    assert_eq!(
-        conn.call(&["ECHO", "after"]).await.unwrap(),
-        RespValue::Bulk(Some(b"after".to_vec()))
-    );
+    assert_eq!(conn.call(&["ECHO", "after"]).await.unwrap(), bulk("after"));
     assert_timed_out(conn.recv(SILENCE).await);
     assert_eq!(fresh.call(&["PING"]).await.unwrap(), simple("PONG"));
 }
@@ -414,18 +430,14 @@ async fn proxy_hold_replies_delivers_after_switch() {
     let (nodes, proxy, mut conn) = proxied().await;
 
     proxy.set(Fault::HoldReplies);
-    conn.send(&["SET", "held", "1"]).await.unwrap();
-    conn.send(&["ECHO", "second"]).await.unwrap();
-    assert_timed_out(conn.recv(SILENCE).await);
+    conn.unanswered(&[&["SET", "held", "1"], &["ECHO", "second"]])
+        .await;
     // The request did reach the node; only the reply is held.
     assert_eq!(nodes.get(0, "held").await.unwrap().as_deref(), Some("1"));
 
     proxy.set(Fault::Pass);
     assert_eq!(conn.recv(ANSWER).await.unwrap(), simple("OK"));
-    assert_eq!(
-        conn.recv(ANSWER).await.unwrap(),
-        RespValue::Bulk(Some(b"second".to_vec()))
-    );
+    assert_eq!(conn.recv(ANSWER).await.unwrap(), bulk("second"));
     assert_eq!(conn.call(&["PING"]).await.unwrap(), simple("PONG"));
 }
 
@@ -434,8 +446,7 @@ async fn proxy_drop_replies_loses_the_reply() {
     let (nodes, proxy, mut conn) = proxied().await;
 
     proxy.set(Fault::DropReplies);
-    conn.send(&["SET", "dropped-reply", "1"]).await.unwrap();
-    assert_timed_out(conn.recv(SILENCE).await);
+    conn.unanswered(&[&["SET", "dropped-reply", "1"]]).await;
     // The write happened even though the client never heard back.
     assert_eq!(
         nodes.get(0, "dropped-reply").await.unwrap().as_deref(),
@@ -497,13 +508,7 @@ async fn proxy_reset_aborts_open_and_new_connections() {
     let mut fresh = Conn::connect(proxy.addr()).await.unwrap();
     let _ = fresh.send(&["PING"]).await; // may already fail with the RST
     let err = fresh.recv(ANSWER).await.unwrap_err();
-    assert!(
-        matches!(
-            err.kind(),
-            io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof
-        ),
-        "{err}"
-    );
+    assert_closed(&err);
 
     proxy.set(Fault::Pass);
     let mut conn = Conn::connect(proxy.addr()).await.unwrap();
@@ -521,23 +526,11 @@ async fn proxy_follows_the_node_and_stops_on_drop() {
     // Node killed: the relayed connection closes, new ones are refused (reset).
     nodes.kill(0).unwrap();
     let err = conn.recv(ANSWER).await.unwrap_err();
-    assert!(
-        matches!(
-            err.kind(),
-            io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
-        ),
-        "{err}"
-    );
+    assert_closed(&err);
     let err = resp_command(proxy.addr(), &["PING"], ANSWER)
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err.kind(),
-            io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
-        ),
-        "{err}"
-    );
+    assert_closed(&err);
 
     // Node back: the same proxy reaches it again.
     nodes.restart(0).await.unwrap();

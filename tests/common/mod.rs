@@ -65,6 +65,13 @@ pub fn unique(name: &str) -> String {
     format!("test:{name}:{:016x}", rand::random::<u64>())
 }
 
+/// A fresh resource named after `name` (see [`unique`]), and its key.
+pub fn resource(redlock: &Redlock, name: &str) -> (String, String) {
+    let r = unique(name);
+    let key = redlock.key(&r);
+    (r, key)
+}
+
 /// GET `key` on node `i` through the Redlock's own client.
 pub async fn get(redlock: &Redlock, i: usize, key: &str) -> Option<String> {
     redlock
