@@ -49,6 +49,7 @@ impl Default for KeepAliveOptions {
     }
 }
 
+// One setter per option, each with its own documentation: the same shape on purpose.
 impl KeepAliveOptions {
     /// Extend when this fraction of the TTL is left before the deadline, in `(0, 1)`
     /// (default 1/3). Whatever the fraction, two extensions start at least `ttl / 10` apart, so

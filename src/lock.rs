@@ -14,7 +14,7 @@ use tracing::Instrument;
 use crate::error::{Error, Names, Result, Votes};
 use crate::node::Held;
 use crate::quorum::{self, Outcome};
-use crate::redlock::{random_up_to, spawn_release, Failure, Redlock, Resources, Retry};
+use crate::redlock::{random_up_to, spawn_release, Failure, Grant, Redlock, Resources, Retry};
 
 /// A lock held on a quorum of nodes until [`deadline`](Lock::deadline).
 ///
@@ -25,8 +25,8 @@ use crate::redlock::{random_up_to, spawn_release, Failure, Redlock, Resources, R
 #[derive(Debug)]
 pub struct Lock {
     redlock: Redlock,
+    /// Keys, token and resource names (shared with every per-node command of this lock).
     held: Arc<Held>,
-    resources: Vec<String>,
     ttl: Duration,
     acquired_at: Instant,
     deadline: Instant,
@@ -48,24 +48,16 @@ pub struct ReleaseReport {
 }
 
 impl Lock {
-    pub(crate) fn new(
-        redlock: Redlock,
-        held: Arc<Held>,
-        resources: Vec<String>,
-        ttl: Duration,
-        acquired_at: Instant,
-        deadline: Instant,
-        fencing: Option<Vec<u64>>,
-    ) -> Lock {
+    /// The lock a grant of the rounds layer stands for.
+    pub(crate) fn from_grant(redlock: Redlock, grant: Grant, ttl: Duration) -> Lock {
         Lock {
             redlock,
-            held,
-            resources,
+            held: grant.held,
             ttl,
-            acquired_at,
-            deadline,
+            acquired_at: grant.t0,
+            deadline: grant.deadline,
             released: false,
-            fencing,
+            fencing: grant.fencing,
         }
     }
 
@@ -86,7 +78,7 @@ impl Lock {
 
     /// The resources held (sorted, without duplicates), without the key prefix.
     pub fn resources(&self) -> &[String] {
-        &self.resources
+        &self.held.resources
     }
 
     /// The owner token: 128 random bits as 32 hex digits, fresh for each acquisition.
@@ -149,7 +141,7 @@ impl Lock {
     /// `patient`: per-node timeout up to half the validity left (keep-alive), instead of the
     /// configured node timeout.
     pub(crate) async fn extend_inner(&mut self, ttl: Duration, patient: bool) -> Result<()> {
-        let span = tracing::debug_span!("fredlock.extend", resources = ?self.resources, ttl_ms = ttl.as_millis() as u64);
+        let span = tracing::debug_span!("fredlock.extend", resources = ?self.held.resources, ttl_ms = ttl.as_millis() as u64);
         // The extension may land on some nodes whatever becomes of this call (an error, a
         // timeout, a dropped future). If `ttl` ends before the current deadline it may SHORTEN
         // the keys there, so the deadline drops to what the extension would set, before anything
@@ -191,7 +183,7 @@ impl Lock {
     /// Cancellation: dropping the future still releases (the release is finished in the
     /// background, as when a `Lock` is dropped).
     pub async fn release(mut self) -> Result<ReleaseReport> {
-        let span = tracing::debug_span!("fredlock.release", resources = ?self.resources);
+        let span = tracing::debug_span!("fredlock.release", resources = ?self.held.resources);
         let started = Instant::now();
         let inner = self.redlock.inner.clone();
         let held = self.held.clone();
@@ -209,7 +201,7 @@ impl Lock {
         );
         match quorum::outcome(&votes.0) {
             Outcome::Reached => Ok(report),
-            _ => Err(inner.round_failure(&self.resources, votes)),
+            _ => Err(inner.round_failure(&self.held.resources, votes)),
         }
     }
 }
@@ -217,7 +209,7 @@ impl Lock {
 impl Drop for Lock {
     fn drop(&mut self) {
         if !self.released {
-            tracing::debug!(resources = ?self.resources, "fredlock: Lock dropped without release(); releasing in the background");
+            tracing::debug!(resources = ?self.held.resources, "fredlock: Lock dropped without release(); releasing in the background");
             spawn_release(
                 self.redlock.inner.clone(),
                 self.held.clone(),
@@ -303,15 +295,7 @@ impl Redlock {
         );
         let attempt = || async {
             let grant = self.attempt(&req).await?;
-            Ok(Lock::new(
-                self.clone(),
-                grant.held,
-                req.resources.clone(),
-                req.ttl,
-                grant.t0,
-                grant.deadline,
-                grant.fencing,
-            ))
+            Ok(Lock::from_grant(self.clone(), grant, req.ttl))
         };
         let lock = self
             .with_retries(retry, wait, &req.resources, ttl, attempt)

@@ -30,7 +30,7 @@ use crate::keepalive::{KeepAlive, KeepAliveOptions, Rejected};
 use crate::lock::{Lock, ReleaseReport};
 use crate::node::{Held, Slot, SlotRequest};
 use crate::quorum::{self, fan_out, Late, Outcome};
-use crate::redlock::{fencing_tokens, new_token, spawn_release, Failure, Redlock, RESERVED};
+use crate::redlock::{fencing_tokens, new_token, spawn_release, Failure, Grant, Redlock, RESERVED};
 
 /// The most permits one semaphore may have (each acquire script walks the slots).
 pub const MAX_PERMITS: usize = 1024;
@@ -284,22 +284,19 @@ impl Semaphore {
                 });
                 let strays = (0..n).filter(|&i| may_hold_other(&answers[i], position));
                 inner.release_round(&others, strays, |_| true).await;
-                let resource = self.slot_resource(slot);
                 let held = Arc::new(Held {
                     keys: vec![slot_keys[position].clone()],
                     token,
-                    resources: vec![resource.clone()],
+                    resources: vec![self.slot_resource(slot)],
                     fence_keys: Vec::new(),
                 });
-                let lock = Lock::new(
-                    self.redlock.clone(),
+                let grant = Grant {
                     held,
-                    vec![resource],
-                    ttl,
                     t0,
                     deadline,
                     fencing,
-                );
+                };
+                let lock = Lock::from_grant(self.redlock.clone(), grant, ttl);
                 return Ok(Permit { lock, slot });
             }
         }
