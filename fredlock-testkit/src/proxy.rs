@@ -65,7 +65,7 @@ pub enum Fault {
 pub struct FaultProxy {
     addr: SocketAddr,
     upstream: SocketAddr,
-    fault: watch::Sender<Fault>,
+    fault: watch::Sender<State>,
     connections: Arc<AtomicUsize>,
     /// The accept loop; it owns every connection task (see `accept_loop`).
     task: JoinHandle<()>,
@@ -78,7 +78,10 @@ impl FaultProxy {
     pub async fn start(upstream: SocketAddr) -> io::Result<FaultProxy> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let addr = listener.local_addr()?;
-        let (fault, _) = watch::channel(Fault::Pass);
+        let (fault, _) = watch::channel(State {
+            fault: Fault::Pass,
+            resets: 0,
+        });
         let connections = Arc::new(AtomicUsize::new(0));
         let task = tokio::spawn(accept_loop(
             listener,
@@ -111,14 +114,25 @@ impl FaultProxy {
     }
 
     /// Switches the fault for all open and future connections.
+    ///
+    /// A [`Reset`](Fault::Reset) resets every connection open at that moment even if the fault
+    /// is switched again before a connection's task gets to run: a watch channel only keeps the
+    /// latest value, so on a busy runtime `Reset` then `Pass` could otherwise look like `Pass`
+    /// alone, and a connection that lived through a blackhole or dropped replies would go on
+    /// with a desynchronized stream (which real TCP cannot do).
     pub fn set(&self, fault: Fault) {
-        // `send_replace` also works while no connection is subscribed.
-        self.fault.send_replace(fault);
+        // `send_modify` also works while no connection is subscribed.
+        self.fault.send_modify(|s| {
+            s.fault = fault;
+            if fault == Fault::Reset {
+                s.resets += 1;
+            }
+        });
     }
 
     /// The current fault.
     pub fn fault(&self) -> Fault {
-        *self.fault.borrow()
+        self.fault.borrow().fault
     }
 
     /// Number of client connections accepted so far (including ones that
@@ -147,10 +161,26 @@ impl Drop for FaultProxy {
     }
 }
 
+/// What the connection tasks watch: the current fault, and how many times
+/// [`Fault::Reset`] was set so far (a connection opened before the latest
+/// reset must be reset, even if the fault has moved on since).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct State {
+    fault: Fault,
+    resets: u64,
+}
+
+impl State {
+    /// Whether a connection opened when `resets` was `born` must be reset now.
+    fn resets(self, born: u64) -> bool {
+        self.fault == Fault::Reset || self.resets > born
+    }
+}
+
 async fn accept_loop(
     listener: TcpListener,
     upstream: SocketAddr,
-    fault: watch::Sender<Fault>,
+    fault: watch::Sender<State>,
     connections: Arc<AtomicUsize>,
 ) {
     // Connection tasks live in this JoinSet (not detached) precisely so that
@@ -185,8 +215,9 @@ enum End {
 
 /// Relays one client connection until either side closes, applying the
 /// current fault to every chunk.
-async fn relay(mut client: TcpStream, upstream: SocketAddr, mut fault: watch::Receiver<Fault>) {
-    if *fault.borrow_and_update() == Fault::Reset {
+async fn relay(mut client: TcpStream, upstream: SocketAddr, mut fault: watch::Receiver<State>) {
+    let born = fault.borrow_and_update().resets;
+    if fault.borrow().fault == Fault::Reset {
         abort(client);
         return;
     }
@@ -197,7 +228,7 @@ async fn relay(mut client: TcpStream, upstream: SocketAddr, mut fault: watch::Re
         _ => {
             // The node is down. A blackholed client must still see silence;
             // otherwise refuse like a dead node would, with a reset.
-            if *fault.borrow() == Fault::Blackhole {
+            if fault.borrow().fault == Fault::Blackhole {
                 swallow_while_blackholed(&mut client, &mut fault).await;
             }
             abort(client);
@@ -214,8 +245,8 @@ async fn relay(mut client: TcpStream, upstream: SocketAddr, mut fault: watch::Re
         // aborting the task (proxy dropped) cancels both at once.
         let (client_rx, client_tx) = client.split();
         let (server_rx, server_tx) = server.split();
-        let requests = pump_requests(client_rx, server_tx, fault.clone());
-        let replies = pump_replies(server_rx, client_tx, fault.clone());
+        let requests = pump_requests(client_rx, server_tx, fault.clone(), born);
+        let replies = pump_replies(server_rx, client_tx, fault.clone(), born);
         tokio::pin!(requests, replies);
         tokio::select! {
             end = &mut replies => end,
@@ -223,7 +254,7 @@ async fn relay(mut client: TcpStream, upstream: SocketAddr, mut fault: watch::Re
                 // The client half-closed: nothing more to swallow while
                 // blackholed, otherwise keep delivering the node's replies
                 // until it closes too.
-                End::Eof if *fault.borrow() == Fault::Blackhole => End::Eof,
+                End::Eof if fault.borrow().fault == Fault::Blackhole => End::Eof,
                 End::Eof => replies.await,
                 other => other,
             },
@@ -239,7 +270,8 @@ async fn relay(mut client: TcpStream, upstream: SocketAddr, mut fault: watch::Re
 async fn pump_requests(
     mut from: ReadHalf<'_>,
     mut to: WriteHalf<'_>,
-    fault: watch::Receiver<Fault>,
+    fault: watch::Receiver<State>,
+    born: u64,
 ) -> End {
     let mut buf = vec![0u8; CHUNK];
     loop {
@@ -254,7 +286,10 @@ async fn pump_requests(
         };
         // Copy the fault out: the watch guard must not be held across await.
         let current = *fault.borrow();
-        match current {
+        if current.resets(born) {
+            return End::Reset;
+        }
+        match current.fault {
             Fault::Blackhole => {} // Swallowed: the node never sees it.
             Fault::Reset => return End::Reset,
             Fault::Pass | Fault::Latency(_) | Fault::DropReplies | Fault::HoldReplies => {
@@ -280,14 +315,15 @@ enum Release {
 async fn pump_replies(
     mut from: ReadHalf<'_>,
     mut to: WriteHalf<'_>,
-    mut fault: watch::Receiver<Fault>,
+    mut fault: watch::Receiver<State>,
+    born: u64,
 ) -> End {
     let mut buf = vec![0u8; CHUNK];
     let mut queue: VecDeque<(Release, Vec<u8>)> = VecDeque::new();
     let mut upstream_open = true;
     let mut fault_open = true;
     loop {
-        if !upstream_open && queue.is_empty() && *fault.borrow() != Fault::Blackhole {
+        if !upstream_open && queue.is_empty() && fault.borrow().fault != Fault::Blackhole {
             // Everything the node sent is delivered: pass its close on. (While
             // blackholed, even the close is swallowed, like a dead link.)
             let _ = to.shutdown().await;
@@ -306,7 +342,10 @@ async fn pump_replies(
                     continue;
                 }
                 let current = *fault.borrow_and_update();
-                match current {
+                if current.resets(born) {
+                    return End::Reset;
+                }
+                match current.fault {
                     Fault::Reset => return End::Reset,
                     Fault::HoldReplies => {}
                     _ => {
@@ -331,7 +370,10 @@ async fn pump_replies(
                 Ok(n) => {
                     let now = Instant::now();
                     let current = *fault.borrow();
-                    let release = match current {
+                    if current.resets(born) {
+                        return End::Reset;
+                    }
+                    let release = match current.fault {
                         Fault::Pass => Release::At(now),
                         Fault::Latency(delay) => Release::At(now + delay),
                         Fault::HoldReplies => Release::Held,
@@ -347,7 +389,7 @@ async fn pump_replies(
 
 /// Reads and discards from a client whose upstream is unreachable, until the
 /// fault leaves [`Fault::Blackhole`] or the client goes away.
-async fn swallow_while_blackholed(client: &mut TcpStream, fault: &mut watch::Receiver<Fault>) {
+async fn swallow_while_blackholed(client: &mut TcpStream, fault: &mut watch::Receiver<State>) {
     let mut buf = vec![0u8; CHUNK];
     loop {
         tokio::select! {
@@ -356,7 +398,7 @@ async fn swallow_while_blackholed(client: &mut TcpStream, fault: &mut watch::Rec
                 Ok(_) => {}
             },
             changed = fault.changed() => {
-                if changed.is_err() || *fault.borrow_and_update() != Fault::Blackhole {
+                if changed.is_err() || fault.borrow_and_update().fault != Fault::Blackhole {
                     return;
                 }
             }
@@ -465,5 +507,54 @@ impl fmt::Debug for Blackhole {
 impl Drop for Blackhole {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An upstream that echoes every byte back.
+    async fn echo() -> SocketAddr {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_reset_superseded_before_the_connection_saw_it_still_resets_it() {
+        let proxy = FaultProxy::start(echo().await).await.unwrap();
+        let mut c = TcpStream::connect(proxy.addr()).await.unwrap();
+        let mut buf = [0u8; 8];
+        c.write_all(b"a").await.unwrap();
+        assert_eq!(c.read(&mut buf).await.unwrap(), 1);
+        proxy.set(Fault::DropReplies);
+        c.write_all(b"b").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // On this one thread, the connection's task cannot run between these two calls: it
+        // only ever sees `Pass`, after the reply to "b" was dropped.
+        proxy.set(Fault::Reset);
+        proxy.set(Fault::Pass);
+        let _ = c.write_all(b"c").await;
+        match tokio::time::timeout(Duration::from_secs(2), c.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => {}
+            other => panic!("the connection survived the reset: {other:?}"),
+        }
+        // New connections pass again.
+        let mut d = TcpStream::connect(proxy.addr()).await.unwrap();
+        d.write_all(b"d").await.unwrap();
+        assert_eq!(d.read(&mut buf).await.unwrap(), 1);
     }
 }
