@@ -16,6 +16,8 @@
 //! - (b) 64 tasks cycling acquire+release on their own keys for a fixed time: cycles/s. On a small
 //!   machine this is bound by CPU, so it shows fredlock's CPU cost per cycle; the bench also
 //!   prints that cost directly.
+//! - (e) the serial cycle with fencing tokens on (one more round per acquire), interleaved with
+//!   the others; (f) a semaphore of 4 permits with 16 contenders holding 1 ms: acquisitions/s.
 //! - (c) one of the three nodes replaced by a listener that accepts TCP and never answers: the
 //!   serial cycle latency must stay close to the healthy one (fredlock decides on the quorum and
 //!   does not wait for the silent node). A second row does the same with a node that connected
@@ -519,6 +521,74 @@ async fn commands_processed(redlock: &Redlock) -> u64 {
     total
 }
 
+/// (f) Semaphore contention: permits and contenders.
+const SEM_PERMITS: usize = 4;
+const SEM_TASKS: usize = 16;
+
+/// One semaphore round: acquisitions/s, Redis commands per acquisition (INFO commandstats on
+/// every node, which counts the calls inside scripts too), and how often more holders than
+/// permits were seen on the client side (must be 0).
+struct SemaphoreRound {
+    per_second: f64,
+    commands_per_acquisition: f64,
+    over_permits: u64,
+}
+
+/// `SEM_TASKS` tasks take a permit of one semaphore, hold it 1 ms, release it, until `duration`
+/// has passed. Retries every 1-2 ms while all permits are taken.
+async fn semaphore_round(urls: &[String], name: &str, duration: Duration) -> SemaphoreRound {
+    let redlock = Redlock::builder()
+        .nodes(urls.to_vec())
+        .retry(fredlock::Retry {
+            attempts: u32::MAX,
+            delay: Duration::from_millis(1),
+            jitter: Duration::from_millis(1),
+        })
+        .build()
+        .await
+        .expect("build a Redlock");
+    let sem = redlock
+        .semaphore(name, SEM_PERMITS)
+        .expect("a valid semaphore");
+    let inside = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let over = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let commands_before = commands_processed(&redlock).await;
+    let start = Instant::now();
+    let end = start + duration;
+    let tasks: Vec<_> = (0..SEM_TASKS)
+        .map(|_| {
+            let (sem, inside, over) = (sem.clone(), inside.clone(), over.clone());
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < end {
+                    let permit = sem.acquire(TTL).await.expect("semaphore acquire");
+                    use std::sync::atomic::Ordering::SeqCst;
+                    if inside.fetch_add(1, SeqCst) + 1 > SEM_PERMITS {
+                        over.fetch_add(1, SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    inside.fetch_sub(1, SeqCst);
+                    permit.release().await.expect("semaphore release");
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.expect("a semaphore task panicked");
+    }
+    let elapsed = start.elapsed();
+    let commands = commands_processed(&redlock).await - commands_before;
+    redlock.close().await;
+    SemaphoreRound {
+        per_second: total as f64 / elapsed.as_secs_f64(),
+        commands_per_acquisition: commands as f64 / total.max(1) as f64,
+        over_permits: over.load(std::sync::atomic::Ordering::SeqCst),
+    }
+}
+
 /// (d) What holding many locks with keep-alive costs.
 struct KeepAliveLoad {
     locks: usize,
@@ -617,6 +687,16 @@ async fn main() {
     };
     let where_ = format!("{where_} ({})", healthy_redlock.node_names().join(", "));
     let healthy = Target::Fredlock(healthy_redlock);
+    // (e): the same, handing out fencing tokens (one more round per acquire: the write-back).
+    let fenced = Target::Fredlock(
+        Redlock::builder()
+            .nodes(urls.clone())
+            .fencing_tokens(true)
+            .build()
+            .await
+            .expect("build a fencing Redlock"),
+    );
+    let fenced_res = format!("{run}:fenced");
 
     // (c): the third node is a listener that accepts TCP and never answers, from the start.
     let blackhole = Blackhole::start()
@@ -657,6 +737,7 @@ async fn main() {
         (&floor, serial_res.as_str()),
         (&healthy, serial_res.as_str()),
         (&silent, silent_res.as_str()),
+        (&fenced, fenced_res.as_str()),
     ];
     // (c'): measured on its own, because everything it sends to the silent node stays in flight
     // for 500 ms and would then expire during the other variants' cycles.
@@ -667,7 +748,8 @@ async fn main() {
     serial_round(&alone, plan.warmup_cycles).await;
     settle().await;
 
-    let (mut s_floor, mut s_healthy, mut s_silent, mut s_stalled) = (
+    let (mut s_floor, mut s_healthy, mut s_silent, mut s_stalled, mut s_fenced) = (
+        Series::default(),
         Series::default(),
         Series::default(),
         Series::default(),
@@ -675,7 +757,7 @@ async fn main() {
     );
     for _ in 0..plan.rounds {
         let mut mixed_rounds = serial_round(&mixed, plan.cycles).await.into_iter();
-        for series in [&mut s_floor, &mut s_healthy, &mut s_silent] {
+        for series in [&mut s_floor, &mut s_healthy, &mut s_silent, &mut s_fenced] {
             series.push(mixed_rounds.next().expect("one result per variant"));
         }
         let mut alone_rounds = serial_round(&alone, plan.cycles).await.into_iter();
@@ -696,6 +778,15 @@ async fn main() {
             t_floor.push(throughput_round(&floor, &tput_prefix, plan.throughput_round).await);
         }
     }
+    // (f) 16 contenders on a semaphore of 4 permits.
+    let sem_rounds: Vec<SemaphoreRound> = {
+        let mut v = Vec::new();
+        semaphore_round(&urls, &format!("{run}:sem"), plan.throughput_warmup).await;
+        for _ in 0..plan.throughput_rounds {
+            v.push(semaphore_round(&urls, &format!("{run}:sem"), plan.throughput_round).await);
+        }
+        v
+    };
     // (d) 10,000 locks kept alive at once from this process.
     let keep = keep_alive_load(
         &urls,
@@ -770,6 +861,21 @@ async fn main() {
         "| (c') 1 of 3 nodes silent after connecting: p99, µs (baseline: healthy fredlock) | {h99:.1} | {d99:.1} | {:.3} | — | — |",
         d99 / h99
     );
+    let (e50, e99) = (s_fenced.p50(), s_fenced.p99());
+    println!(
+        "| (e) serial acquire+release p50 with fencing tokens, µs (baseline: fredlock without) | {h50:.1} | {e50:.1} | {:.3} | — | — |",
+        e50 / h50
+    );
+    println!(
+        "| (e) serial acquire+release p99 with fencing tokens, µs (baseline: fredlock without) | {h99:.1} | {e99:.1} | {:.3} | — | — |",
+        e99 / h99
+    );
+    let sem_rate = median(sem_rounds.iter().map(|r| r.per_second).collect());
+    let sem_cmds = median(sem_rounds.iter().map(|r| r.commands_per_acquisition).collect());
+    println!(
+        "| (f) semaphore, {SEM_PERMITS} permits, {SEM_TASKS} contenders, 1 ms hold: acquisitions/s (Redis commands per acquisition: {sem_cmds:.1}) | — | {sem_rate:.0} | — | — | {} over permits |",
+        sem_rounds.iter().map(|r| r.over_permits).sum::<u64>()
+    );
     // Extending at 2/3 of the TTL: locks x nodes / (ttl x 2/3) EVALSHA per second, plus the
     // commands each script runs (GET, PEXPIRE), which INFO counts too.
     let rounds_per_second = keep.locks as f64 / (keep.ttl.as_secs_f64() * 2.0 / 3.0);
@@ -799,11 +905,12 @@ async fn main() {
     for name in ["p50", "p99"] {
         let of = |s: &Series| list(if name == "p50" { &s.p50 } else { &s.p99 });
         println!(
-            "per-round {name} (µs): floor [{}], fredlock [{}], blackhole [{}], silent-after-connect [{}]",
+            "per-round {name} (µs): floor [{}], fredlock [{}], blackhole [{}], silent-after-connect [{}], fencing [{}]",
             of(&s_floor),
             of(&s_healthy),
             of(&s_silent),
-            of(&s_stalled)
+            of(&s_stalled),
+            of(&s_fenced)
         );
     }
     println!(
