@@ -213,6 +213,7 @@ impl Drop for Lock {
             spawn_release(
                 self.redlock.inner.clone(),
                 self.held.clone(),
+                self.ttl,
                 "lock dropped",
             );
         }

@@ -104,9 +104,11 @@ pub(crate) fn default_node_timeout(ttl: Duration) -> Duration {
 /// the decision. Nodes that did not answer by then
 /// are `None`; their futures go on in a background task. Indices not in `calls` stay `None`.
 ///
-/// Cancellation: dropping the returned future drops the per-node futures; commands already handed
-/// to fred still run on their nodes (fred keeps per-connection order), so callers that need a
-/// clean-up after cancellation arm their own guard (see `Redlock::attempt`).
+/// Cancellation: dropping the returned future drops the per-node futures with [`Late::Drop`], and
+/// hands them to a task that finishes them with [`Late::Finish`] (so fred's timeout still skips a
+/// command not yet written). Commands already handed to fred still run on their nodes (fred keeps
+/// per-connection order), so callers that need a clean-up after cancellation arm their own guard
+/// (see `Redlock::attempt`).
 pub(crate) async fn fan_out<T, F>(
     nodes: usize,
     calls: impl IntoIterator<Item = (usize, F)>,
@@ -140,10 +142,15 @@ where
         Poll::Ready(())
     })
     .await;
-    let mut running: FuturesUnordered<_> = started
-        .into_iter()
-        .filter_map(|(i, slot)| slot.map(|call| async move { (i, call.await) }))
-        .collect();
+    // Owned by a guard: with `Late::Finish`, calls still running when this future completes OR
+    // is dropped go on in a task (see `Finishing`).
+    let mut running = Finishing {
+        calls: started
+            .into_iter()
+            .filter_map(|(i, slot)| slot.map(|call| async move { (i, call.await) }))
+            .collect::<FuturesUnordered<_>>(),
+        late,
+    };
     let timer = async {
         match until {
             Some(t) => tokio::time::sleep_until(t).await,
@@ -152,20 +159,44 @@ where
     };
     tokio::pin!(timer);
     // The first polls may already have decided it (synchronous failures, fast replies).
-    while !running.is_empty() && !decided(&answers) {
+    while !running.calls.is_empty() && !decided(&answers) {
         tokio::select! {
             biased;
-            Some((i, answer)) = running.next() => {
+            Some((i, answer)) = running.calls.next() => {
                 answers[i] = Some(answer);
             }
             () = &mut timer => break,
         }
     }
-    if !running.is_empty() && late == Late::Finish {
-        // Late answers are not needed, but their commands must finish under fred's timeout.
-        tokio::spawn(async move { while running.next().await.is_some() {} });
-    }
     answers
+}
+
+/// The calls of a [`fan_out`] still running; with [`Late::Finish`], dropping it (the fan-out
+/// decided, or its caller dropped it half-way) moves them into a task that runs them to the end.
+///
+/// This matters for a cancelled acquire: fred applies its per-command timeout inside the
+/// caller's future, and skips a timed-out command only if it was not written yet. A SET whose
+/// future is simply dropped loses its timeout and stays queued (behind a slow write, or during a
+/// reconnect) to be written whenever the connection gets to it, possibly after the clean-up
+/// release queued behind it has itself timed out and been skipped: a key left for its full TTL.
+struct Finishing<G: Future + Send + 'static> {
+    calls: FuturesUnordered<G>,
+    late: Late,
+}
+
+impl<G: Future + Send + 'static> Drop for Finishing<G> {
+    fn drop(&mut self) {
+        if self.late != Late::Finish {
+            return;
+        }
+        if self.calls.is_empty() {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let mut calls = std::mem::take(&mut self.calls);
+            rt.spawn(async move { while calls.next().await.is_some() {} });
+        }
+    }
 }
 
 /// What [`fan_out`] does with commands still running when the outcome is known.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{Error, InvalidInput, Names, NotHeldReason, Result, Vote, Votes};
+use crate::error::{Error, InvalidInput, Names, NodeErrorKind, NotHeldReason, Result, Vote, Votes};
 use crate::node::{Acquired, Held, Node};
 use crate::quorum::{self, fan_out, quorum_known, votes, AsVote, Late, Outcome};
 
@@ -45,6 +45,8 @@ pub(crate) const RESERVED: &str = "~";
 pub(crate) struct Background {
     running: std::sync::atomic::AtomicUsize,
     idle: tokio::sync::Notify,
+    /// Set by [`Redlock::close`]: release retries stop (the clients are gone).
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Background {
@@ -257,6 +259,10 @@ impl Redlock {
     /// is dropped.
     pub async fn close(&self) {
         self.inner.background.wait_idle().await;
+        self.inner
+            .background
+            .closed
+            .store(true, std::sync::atomic::Ordering::Release);
         let quits = self.inner.nodes.iter().map(|n| n.close());
         futures::future::join_all(quits).await;
     }
@@ -323,6 +329,7 @@ impl Redlock {
         let mut guard = CleanupGuard {
             inner: Some(self.inner.clone()),
             held: held.clone(),
+            ttl: req.ttl,
         };
         let t0 = Instant::now();
         let Some(deadline) = t0.checked_add(req.validity) else {
@@ -402,7 +409,7 @@ impl Redlock {
         // lands after it) but not awaited: the call's time bound must not include it, and a
         // next attempt's SET is queued behind it in turn.
         let targets = (0..votes.0.len()).filter(|&i| votes.0[i] != Vote::Refused);
-        self.inner.release_round(&held, targets, |_| true).await;
+        self.inner.release_unawaited(&held, targets, req.ttl).await;
         guard.inner = None;
         // Out of validity with answers still outstanding: the TTL is too short for the network,
         // which is not the same as nodes being down.
@@ -441,6 +448,27 @@ impl Inner {
             .map(|i| (i, self.nodes[i].clone().release(held.clone(), timeout)))
             .collect();
         votes(fan_out(self.nodes.len(), calls, None, Late::Drop, enough).await)
+    }
+
+    /// Hands a release to `targets` without waiting for the answers (they land in each node's
+    /// order, after the commands queued before them). A node whose release fails at once (fred
+    /// fails new commands while reconnecting, yet still writes what it had buffered) is retried
+    /// in the background; see [`retry_release`].
+    pub(crate) async fn release_unawaited(
+        self: &Arc<Self>,
+        held: &Arc<Held>,
+        targets: impl Iterator<Item = usize>,
+        ttl: Duration,
+    ) {
+        let votes = self.release_round(held, targets, |_| true).await;
+        let failed = failed_nodes(&votes.0);
+        if failed.is_empty() {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let until = retry_until(self, ttl);
+            rt.spawn(retry_release(self.clone(), held.clone(), failed, until));
+        }
     }
 
     /// Raises the fencing counters `keys` to `tokens` on every node; returns once a quorum did
@@ -570,31 +598,89 @@ impl Inner {
 struct CleanupGuard {
     inner: Option<Arc<Inner>>,
     held: Arc<Held>,
+    ttl: Duration,
 }
 
 impl Drop for CleanupGuard {
     fn drop(&mut self) {
         if let Some(inner) = self.inner.take() {
-            spawn_release(inner, self.held.clone(), "acquire cancelled");
+            spawn_release(inner, self.held.clone(), self.ttl, "acquire cancelled");
         }
     }
 }
 
-/// Releases on every node from a background task (used on drop paths).
-pub(crate) fn spawn_release(inner: Arc<Inner>, held: Arc<Held>, why: &'static str) {
+/// Releases on every node from a background task (used on drop paths); nodes whose release
+/// failed are retried (see [`retry_release`]). `ttl` is the keys' TTL: how long a retry can help.
+pub(crate) fn spawn_release(inner: Arc<Inner>, held: Arc<Held>, ttl: Duration, why: &'static str) {
     match tokio::runtime::Handle::try_current() {
         Ok(rt) => {
             tracing::debug!(keys = ?held.keys, why, "fredlock: releasing in the background");
             let running = Background::enter(&inner);
             rt.spawn(async move {
-                let _running = running;
-                let votes = inner.release_round(&held, 0..inner.nodes.len(), |a| a.iter().all(Option::is_some)).await;
+                let until = retry_until(&inner, ttl);
+                let votes = inner
+                    .release_round(&held, 0..inner.nodes.len(), |a| {
+                        a.iter().all(Option::is_some)
+                    })
+                    .await;
                 tracing::debug!(keys = ?held.keys, %votes, why, "fredlock: background release done");
+                // close() waits for the first round (which hands every command to fred), not
+                // for the retries: they stop once the Redlock is closed.
+                drop(running);
+                retry_release(inner, held, failed_nodes(&votes.0), until).await;
             });
         }
         Err(_) => {
             tracing::warn!(keys = ?held.keys, why, "fredlock: no tokio runtime to release on; the keys expire with their TTL");
         }
+    }
+}
+
+/// Until when retrying a release can remove keys set with `ttl`: a SET is written within its
+/// node timeout (fred skips it after that) and lives `ttl` from then.
+fn retry_until(inner: &Inner, ttl: Duration) -> Instant {
+    let span = ttl.saturating_add(inner.node_timeout(ttl));
+    Instant::now()
+        .checked_add(span)
+        .unwrap_or_else(Instant::now)
+}
+
+/// Nodes whose release failed (an error or a timeout), and so may still hold the keys. A
+/// duplicate's answer never counts: it is left out.
+fn failed_nodes(votes: &[Vote]) -> Vec<usize> {
+    (0..votes.len())
+        .filter(|&i| matches!(&votes[i], Vote::Failed(e) if e.kind != NodeErrorKind::Duplicate))
+        .collect()
+}
+
+/// Retries a release on `nodes` until each gives an answer, `until` passes or the Redlock is
+/// closed, pausing 10 ms, then twice as long each time up to 250 ms.
+///
+/// Why: a release can fail while the SET it cleans up after is still waiting in fred's queue
+/// (fred fails a new command at once while reconnecting, yet writes the commands it already
+/// buffered once connected). Replaying a release is safe (it deletes only our token), and a
+/// retry is queued behind that SET, so it lands after it.
+async fn retry_release(inner: Arc<Inner>, held: Arc<Held>, mut nodes: Vec<usize>, until: Instant) {
+    let mut pause = Duration::from_millis(10);
+    let closed = || {
+        inner
+            .background
+            .closed
+            .load(std::sync::atomic::Ordering::Acquire)
+    };
+    while !nodes.is_empty() && !closed() {
+        if Instant::now() + pause >= until {
+            tracing::debug!(keys = ?held.keys, ?nodes, "fredlock: release retries given up; the keys expire with their TTL");
+            return;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(250));
+        let votes = inner
+            .release_round(&held, nodes.iter().copied(), |a| {
+                a.iter().all(Option::is_some)
+            })
+            .await;
+        nodes = failed_nodes(&votes.0);
     }
 }
 

@@ -219,7 +219,7 @@ impl Semaphore {
             resources: vec![self.name.clone()],
             fence_keys: Vec::new(),
         });
-        let mut guard = Guard(Some((self.redlock.clone(), all_slots.clone())));
+        let mut guard = Guard(Some((self.redlock.clone(), all_slots.clone())), ttl);
         let t0 = Instant::now();
         let Some(deadline) = t0.checked_add(validity) else {
             guard.0 = None;
@@ -283,7 +283,7 @@ impl Semaphore {
                     ..clone_held(&all_slots)
                 });
                 let strays = (0..n).filter(|&i| may_hold_other(&answers[i], position));
-                inner.release_round(&others, strays, |_| true).await;
+                inner.release_unawaited(&others, strays, ttl).await;
                 let held = Arc::new(Held {
                     keys: vec![slot_keys[position].clone()],
                     token,
@@ -302,7 +302,7 @@ impl Semaphore {
         }
         // No grant: release our token wherever it may be, without waiting.
         let targets = (0..n).filter(|&i| may_hold_other(&answers[i], usize::MAX));
-        inner.release_round(&all_slots, targets, |_| true).await;
+        inner.release_unawaited(&all_slots, targets, ttl).await;
         guard.0 = None;
         if mismatch.len() >= q {
             return Err(Failure::Rejected(InvalidInput::PermitsMismatch {
@@ -450,12 +450,17 @@ fn clone_held(h: &Held) -> Held {
 }
 
 /// Releases an attempt's token from every slot on every node if the attempt is dropped.
-struct Guard(Option<(Redlock, Arc<Held>)>);
+struct Guard(Option<(Redlock, Arc<Held>)>, Duration);
 
 impl Drop for Guard {
     fn drop(&mut self) {
         if let Some((redlock, held)) = self.0.take() {
-            spawn_release(redlock.inner.clone(), held, "semaphore acquire cancelled");
+            spawn_release(
+                redlock.inner.clone(),
+                held,
+                self.1,
+                "semaphore acquire cancelled",
+            );
         }
     }
 }

@@ -302,3 +302,38 @@ async fn cleaned_after_resume(nodes: &LocalNodes, i: usize, key: &str) -> bool {
     nodes.resume(i).unwrap();
     gone_within(nodes, i, key, Duration::from_secs(5)).await
 }
+
+/// A cancelled acquire whose SET waits in the client's queue behind a slow write (here a 64 MB
+/// value on the same connection; in production, a large reply or a reconnect) must leave no key:
+/// either the SET is skipped when its node timeout passes, or the clean-up release that follows
+/// it lands. Found by the torture run's S6 probe (a key left for its full TTL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_acquire_queued_behind_a_slow_write_leaves_no_key() {
+    use fredlock::fred::prelude::KeysInterface;
+    use futures::FutureExt;
+    let (_nodes, redlock) = local_with(1, |b| b.node_timeout(Duration::from_millis(50))).await;
+    let client = redlock.client(0).expect("node 0").clone();
+    let mut left = Vec::new();
+    for round in 0..3 {
+        let (r, key) = resource(&redlock, "behind-a-slow-write");
+        let (big_key, big) = (format!("{key}:big"), "x".repeat(64 << 20));
+        let writer = client.clone();
+        let slow = tokio::spawn(async move {
+            let _: Result<(), _> = writer.set(big_key, big, None, None, false).await;
+        });
+        // The big write is queued first; the acquire's SET goes in behind it.
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let polled_once = redlock.acquire(r.as_str(), TTL).now_or_never();
+        assert!(polled_once.is_none(), "the acquire finished in one poll");
+        slow.await.expect("the writer task");
+        if !freed_within(&redlock, &key, Duration::from_secs(2)).await {
+            left.push(round);
+        }
+        del(&redlock, 0, &format!("{key}:big")).await;
+    }
+    assert!(
+        left.is_empty(),
+        "rounds {left:?} left the cancelled acquire's key"
+    );
+}
