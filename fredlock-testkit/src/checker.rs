@@ -469,6 +469,12 @@ impl Checker {
         self.state().events.push((Instant::now(), what.into()));
     }
 
+    /// The events logged from `from` to `to`, as `+s what` lines (for a violation's detail).
+    pub fn events(&self, from: Instant, to: Instant) -> String {
+        let s = self.state();
+        self.events_between(&s, from, to)
+    }
+
     /// Events from `from` to `to`, as `+s what` lines.
     fn events_between(&self, s: &State, from: Instant, to: Instant) -> String {
         let lines: Vec<String> = s

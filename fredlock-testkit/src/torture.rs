@@ -85,6 +85,15 @@ const MAX_STALE: usize = 4;
 const MAX_STEPS: usize = 6;
 /// Per-node timeout of the observer's inspections.
 const OBSERVER_TIMEOUT: Duration = Duration::from_millis(100);
+/// The S6 probe looks a second time this long after the first look.
+const CLEANUP_SECOND_LOOK: Duration = Duration::from_millis(500);
+/// The S6 probe's private lock lives at least this long: a key left behind must still be there
+/// at the second look.
+const CLEANUP_TTL_MIN: Duration = Duration::from_secs(2);
+/// How long a takeover probe waits for its acquire's SETs to show on every node.
+const TAKEOVER_SETTLE: Duration = Duration::from_millis(150);
+/// The takeover probe's private lock lives at least this long.
+const TAKEOVER_TTL_MIN: Duration = Duration::from_millis(500);
 /// Per-command timeout of the engine's raw admin commands (DEL, SET, PEXPIRE on nodes).
 const ADMIN_TIMEOUT: Duration = Duration::from_millis(200);
 
@@ -121,8 +130,8 @@ pub struct TortureConfig {
 }
 
 impl TortureConfig {
-    /// Defaults: 4 clients, 3 resources, 2 foreign resources, TTLs 200-800 ms, every fault,
-    /// node timeout 50 ms (400 ms for patient clients), drift factor 0.01, 3 fast retries.
+    /// Defaults: 4 clients, 3 resources, 2 foreign resources, TTLs 50-200 ms, every fault,
+    /// node timeout 50 ms (100 ms for patient clients), drift factor 0.01, 3 fast retries.
     pub fn new(nodes: usize, seed: u64, duration: Duration) -> TortureConfig {
         TortureConfig {
             nodes,
@@ -131,11 +140,11 @@ impl TortureConfig {
             foreign_resources: 2,
             duration,
             seed,
-            ttl_min: Duration::from_millis(200),
-            ttl_max: Duration::from_millis(800),
+            ttl_min: Duration::from_millis(50),
+            ttl_max: Duration::from_millis(200),
             faults: FaultKind::ALL.to_vec(),
             node_timeout: Duration::from_millis(50),
-            patient_node_timeout: Duration::from_millis(400),
+            patient_node_timeout: Duration::from_millis(100),
             drift_factor: fredlock::config::DEFAULT_DRIFT_FACTOR,
             retry: Retry {
                 attempts: 3,
@@ -153,13 +162,19 @@ impl TortureConfig {
     /// The command that replays this run (same schedule and operation sequences).
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run --release --features testkit --example torture -- --secs {} --seed {} --nodes {} --clients {} --resources {}",
+            "cargo run --release --example torture -- --secs {} --seed {} --nodes {} --clients {} --resources {}",
             self.duration.as_secs(),
             self.seed,
             self.nodes,
             self.clients,
             self.resources
         )
+    }
+
+    /// Lanes of per-client network faults: one per 4 clients, at least 2 (each lane faults
+    /// one of its own clients at a time, or all of them for latency).
+    pub fn client_lanes(&self) -> usize {
+        (self.clients / 4).max(2).min(self.clients)
     }
 
     fn patient(&self, client: usize) -> bool {
@@ -287,7 +302,8 @@ impl FaultKind {
 /// One fault episode of the schedule.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Episode {
-    /// 0: node faults; 1, 2: per-client network faults.
+    /// 0: node faults; 1 and up: per-client network faults (see
+    /// [`TortureConfig::client_lanes`]).
     pub lane: usize,
     /// Offset from the start of the run.
     pub start: Duration,
@@ -364,7 +380,13 @@ pub fn schedule(config: &TortureConfig) -> Vec<Episode> {
             .map(|&k| (k, k.weight()))
             .collect()
     };
-    let long = |rng: &mut StdRng, min: Duration| rand_dur(rng, min, min.max(ms(2000)));
+    // Every length is a multiple of the longest TTL: long enough for a fault to catch holders
+    // (and its minimum, where a row needs one, is set by the TTL), no longer than that, so the
+    // run spends its time on many episodes rather than on a few long ones.
+    let unit = config.ttl_max;
+    let long = |rng: &mut StdRng, min: Duration| rand_dur(rng, min, min + unit / 2);
+    let short = |rng: &mut StdRng| rand_dur(rng, ms(50), ms(50).max(unit * 2));
+    let gap = |rng: &mut StdRng| rand_dur(rng, unit / 8, unit * 5 / 4);
 
     // Each lane first deals every kind it has once, in a seeded order, then picks by weight:
     // even a short run covers every row.
@@ -377,7 +399,7 @@ pub fn schedule(config: &TortureConfig) -> Vec<Episode> {
     // Lane 0: node faults, one at a time.
     let kinds = weighted(true);
     if !kinds.is_empty() {
-        let mut t = rand_dur(&mut rng, ms(200), ms(600));
+        let mut t = gap(&mut rng);
         let mut misses = 0;
         let mut dealt = deck(&mut rng, &kinds);
         while misses < 8 {
@@ -400,10 +422,10 @@ pub fn schedule(config: &TortureConfig) -> Vec<Episode> {
                 }
                 FaultKind::PauseMajority => long(&mut rng, config.ttl_max + RESTART_MARGIN),
                 FaultKind::ScriptFlush => Duration::ZERO,
-                _ => rand_dur(&mut rng, ms(50), ms(2000)),
+                _ => short(&mut rng),
             };
             let busy = duration + kind.tail();
-            let gap = rand_dur(&mut rng, ms(100), ms(1000));
+            let gap = gap(&mut rng);
             if t + busy > end {
                 misses += 1;
                 continue;
@@ -421,15 +443,15 @@ pub fn schedule(config: &TortureConfig) -> Vec<Episode> {
         }
     }
 
-    // Lanes 1 and 2: per-client network faults, each lane on its own clients.
+    // Lanes 1.. : per-client network faults, each lane on its own clients.
     let kinds = weighted(false);
-    let lanes = config.clients.min(2);
+    let lanes = config.client_lanes();
     for lane in 0..lanes {
         if kinds.is_empty() {
             break;
         }
         let mine: Vec<usize> = (0..config.clients).filter(|c| c % lanes == lane).collect();
-        let mut t = rand_dur(&mut rng, ms(100), ms(500));
+        let mut t = gap(&mut rng);
         let mut misses = 0;
         let mut dealt = deck(&mut rng, &kinds);
         while misses < 8 {
@@ -452,17 +474,15 @@ pub fn schedule(config: &TortureConfig) -> Vec<Episode> {
                 FaultKind::HoldReplies => {
                     (long(&mut rng, config.ttl_max + ms(50)), Fault::HoldReplies)
                 }
-                FaultKind::Latency => (
-                    rand_dur(&mut rng, ms(50), ms(2000)),
-                    Fault::Latency(ttl.mul_f64(factor)),
+                FaultKind::Latency => (short(&mut rng), Fault::Latency(ttl.mul_f64(factor))),
+                FaultKind::DropReplies => (short(&mut rng), Fault::DropReplies),
+                _ => (
+                    rand_dur(&mut rng, ms(50), ms(50).max(unit * 3 / 8)),
+                    Fault::Reset,
                 ),
-                FaultKind::DropReplies => {
-                    (rand_dur(&mut rng, ms(50), ms(2000)), Fault::DropReplies)
-                }
-                _ => (rand_dur(&mut rng, ms(50), ms(300)), Fault::Reset),
             };
             let busy = duration + kind.tail();
-            let gap = rand_dur(&mut rng, ms(50), ms(800));
+            let gap = gap(&mut rng);
             if t + busy > end {
                 misses += 1;
                 continue;
@@ -553,6 +573,8 @@ pub struct Stats {
     pub cleanup_probes: [u64; 3],
     /// Operations run, by kind.
     pub ops: BTreeMap<&'static str, u64>,
+    /// Client time by operation kind (think time included), split by whether it got a grant.
+    pub op_time: BTreeMap<(&'static str, bool), Duration>,
 }
 
 impl Stats {
@@ -590,6 +612,28 @@ impl Stats {
         }
         for (k, v) in &o.ops {
             *self.ops.entry(k).or_default() += v;
+        }
+        for (k, v) in &o.op_time {
+            *self.op_time.entry(*k).or_default() += *v;
+        }
+    }
+
+    /// Counts an acquire outcome; returns the lock if granted.
+    fn outcome<T>(&mut self, res: Result<Option<T>, Error>) -> Option<T> {
+        self.attempted += 1;
+        match res {
+            Ok(Some(lock)) => {
+                self.granted += 1;
+                Some(lock)
+            }
+            Ok(None) => {
+                self.contended += 1;
+                None
+            }
+            Err(e) => {
+                self.failed(&e);
+                None
+            }
         }
     }
 
@@ -826,9 +870,9 @@ const OP_WEIGHTS: [(OpKind, u32); 11] = [
     (OpKind::Acquire, 24),
     (OpKind::TryAcquire, 14),
     (OpKind::Multi, 10),
-    (OpKind::KeepAlive, 9),
-    (OpKind::WithLock, 9),
-    (OpKind::ExtendNearExpiry, 8),
+    (OpKind::KeepAlive, 5),
+    (OpKind::WithLock, 5),
+    (OpKind::ExtendNearExpiry, 5),
     (OpKind::Abandon, 5),
     (OpKind::Stale, 8),
     (OpKind::Foreign, 5),
@@ -889,7 +933,7 @@ fn draw_op(rng: &mut StdRng, config: &TortureConfig) -> Op {
         flag2: rng.random_bool(0.25),
         offset_us: rng.random_range(-8_000..=3_000),
         pick: rng.random_range(0..1_000),
-        think: Duration::from_micros(rng.random_range(0..=5_000)),
+        think: Duration::from_micros(rng.random_range(0..=2_000)),
     }
 }
 
@@ -910,6 +954,8 @@ struct Worker {
     stale: Vec<Stale>,
     private_seq: u64,
     node_timeout: Duration,
+    /// Probes running in tasks of their own (awaited before the client finishes).
+    probes: Vec<tokio::task::JoinHandle<Stats>>,
 }
 
 impl Worker {
@@ -917,6 +963,7 @@ impl Worker {
         while Instant::now() < stop_at {
             let op = draw_op(&mut self.rng, &self.env.config);
             *self.stats.ops.entry(op.kind.name()).or_default() += 1;
+            let (began, granted) = (Instant::now(), self.stats.granted);
             match op.kind {
                 OpKind::Acquire => self.op_acquire(&op, false).await,
                 OpKind::TryAcquire => self.op_acquire(&op, true).await,
@@ -931,10 +978,15 @@ impl Worker {
                 OpKind::Cancel => self.op_cancel(&op).await,
             }
             tokio::time::sleep(op.think).await;
+            let key = (op.kind.name(), self.stats.granted > granted);
+            *self.stats.op_time.entry(key).or_default() += began.elapsed();
         }
         // Leave nothing behind: stale locks are released (owner-only, so harmless).
         for s in std::mem::take(&mut self.stale) {
             self.release_stale(s).await;
+        }
+        for probe in std::mem::take(&mut self.probes) {
+            self.join_probe(probe).await;
         }
         self.redlock.close().await;
         let _ = self.data.quit().await;
@@ -951,21 +1003,7 @@ impl Worker {
 
     /// Counts an acquire outcome; returns the lock if granted.
     fn outcome<T>(&mut self, res: Result<Option<T>, Error>) -> Option<T> {
-        self.stats.attempted += 1;
-        match res {
-            Ok(Some(lock)) => {
-                self.stats.granted += 1;
-                Some(lock)
-            }
-            Ok(None) => {
-                self.stats.contended += 1;
-                None
-            }
-            Err(e) => {
-                self.stats.failed(&e);
-                None
-            }
-        }
+        self.stats.outcome(res)
     }
 
     /// One non-atomic read-modify-write of `resource`'s counter, only while `valid()` says the
@@ -1438,28 +1476,153 @@ impl Worker {
         }
     }
 
-    /// S4 and S5 at the script level, on a resource only this client uses: after the grant,
-    /// the keys are deleted (the lock is gone: extend must fail and not re-create them) or
-    /// overwritten by a foreign value (extend and release must not touch it).
+    /// S4 and S5 at the script level, on a resource only this client uses (see
+    /// [`TakeoverProbe`]). It waits on the nodes and on admin commands for most of its time, so
+    /// it runs as a task of its own while the client goes on.
     async fn op_takeover(&mut self, op: &Op) {
         self.private_seq += 1;
+        let probe = TakeoverProbe {
+            env: self.env.clone(),
+            redlock: self.redlock.clone(),
+            client: self.id,
+            resource: format!("private:{}:{}", self.id, self.private_seq),
+            foreign: format!("takeover:{}:{}", self.id, self.private_seq),
+            revive: op.flag,
+            stats: Stats::default(),
+        };
+        self.spawn_probe(probe.run()).await;
+    }
+
+    /// Runs a probe in a task of its own; its counters join this client's when it is done.
+    async fn spawn_probe(&mut self, probe: impl Future<Output = Stats> + Send + 'static) {
+        let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut self.probes)
+            .into_iter()
+            .partition(|p| p.is_finished());
+        self.probes = running;
+        for p in done {
+            self.join_probe(p).await;
+        }
+        self.probes.push(tokio::spawn(probe));
+    }
+
+    async fn join_probe(&mut self, probe: tokio::task::JoinHandle<Stats>) {
+        match probe.await {
+            Ok(stats) => self.stats.merge(&stats),
+            Err(e) => self.checker().violation(
+                ViolationKind::Panic,
+                format!("client {}: probe task: {e}", self.id),
+            ),
+        }
+    }
+
+    /// S6 on a resource only this client uses: an acquire given 0-3 ms (so its future is
+    /// dropped before, during or after its SETs), or one that fails, or a lock released, must
+    /// leave no key behind on any node it can reach. Only nodes whose state and whose proxy
+    /// for this client did not change meanwhile count: a node that froze, restarted, or whose
+    /// link reset may keep a key until its TTL, which S6 allows for unreachable nodes.
+    ///
+    /// The looks at the nodes wait for the clean-up to land (hundreds of milliseconds): they run
+    /// in a task of their own, so the client goes on with its next operation meanwhile.
+    async fn op_cancel(&mut self, op: &Op) {
+        self.private_seq += 1;
         let p = format!("private:{}:{}", self.id, self.private_seq);
+        // A long TTL (the resource is private, no one waits for it): a key left behind is still
+        // there at the second look below, while a clean-up that is merely slow is not.
+        let ttl = (self.env.config.ttl_max * 4).max(CLEANUP_TTL_MIN);
+        let (e0, pe0) = (self.env.epochs(), self.env.board.epochs(self.id));
+        let budget = Duration::from_micros(op.offset_us.unsigned_abs() % 3_000);
+        let outcome =
+            match tokio::time::timeout(budget, self.redlock.acquire(p.as_str(), ttl)).await {
+                Ok(Ok(lock)) => {
+                    self.stats.cleanup_probes[2] += 1;
+                    let _ = lock.release().await;
+                    "granted and released"
+                }
+                Ok(Err(_)) => {
+                    self.stats.cleanup_probes[1] += 1;
+                    "failed"
+                }
+                Err(_) => {
+                    self.stats.cleanup_probes[0] += 1;
+                    "cancelled"
+                }
+            };
+        let probe = CleanupProbe {
+            given_up: Instant::now(),
+            env: self.env.clone(),
+            client: self.id,
+            node_timeout: self.node_timeout,
+            resource: p,
+            outcome,
+            budget,
+            ttl,
+            node_epochs: e0,
+            link_epochs: pe0,
+        };
+        self.spawn_probe(async move {
+            probe.look().await;
+            Stats::default()
+        })
+        .await;
+    }
+}
+
+/// S4 and S5 at the script level, on a resource only one client uses: after the grant, the
+/// keys are deleted (the lock is gone: extend must fail and not re-create them) or overwritten
+/// by a foreign value (extend and release must not touch it).
+struct TakeoverProbe {
+    env: Arc<Env>,
+    redlock: Redlock,
+    client: usize,
+    resource: String,
+    /// The value that takes the keys over.
+    foreign: String,
+    /// Delete the keys (a revival probe) rather than take them over.
+    revive: bool,
+    stats: Stats,
+}
+
+impl TakeoverProbe {
+    fn checker(&self) -> &Checker {
+        &self.env.checker
+    }
+
+    async fn run(mut self) -> Stats {
+        let p = self.resource.clone();
         let key = self.redlock.key(&p);
-        let ttl = self.env.config.ttl_max;
+        // Private: a long TTL costs nothing and leaves the extend below well inside validity.
+        let ttl = (self.env.config.ttl_max * 4).max(TAKEOVER_TTL_MIN);
         let e_grant = self.env.epochs();
         let res = self.redlock.acquire(p.as_str(), ttl).await;
         let granted_at = Instant::now();
-        let Some(mut lock) = self.outcome(res.map(Some)) else {
-            return;
+        let Some(mut lock) = self.stats.outcome(res.map(Some)) else {
+            return self.stats;
         };
         let g = self
             .checker()
-            .grant(self.id, &lock, GrantKind::Acquire, granted_at);
-        // Let every SET of this acquire reach its node first (a SET still in flight could
-        // otherwise land after the deletion and look like a revival).
-        tokio::time::sleep(ms(150).min(ttl / 4)).await;
-        let revive = op.flag;
-        let foreign = format!("takeover:{}:{}", self.id, self.private_seq);
+            .grant(self.client, &lock, GrantKind::Acquire, granted_at);
+        // Let every SET of this acquire reach its node first: one still on its way (queued in
+        // the client, or in a starved proxy) could otherwise land after the deletion and look
+        // like a revival. Usually the first look shows the token on every node that answers;
+        // a node where it does not show counts as disturbed (it may still get it).
+        let settle_until = Instant::now() + TAKEOVER_SETTLE;
+        let seen = loop {
+            let Ok(i) = self.env.observer.inspect(&p).await else {
+                break vec![false; self.env.config.nodes];
+            };
+            let seen: Vec<bool> = i
+                .nodes
+                .iter()
+                .map(|n| matches!(&n.state, Ok(Some(h)) if h.token == lock.token()))
+                .collect();
+            let absent = i.nodes.iter().any(|n| matches!(&n.state, Ok(None)));
+            if !absent || Instant::now() >= settle_until {
+                break seen;
+            }
+            tokio::time::sleep(ms(5)).await;
+        };
+        let revive = self.revive;
+        let foreign = self.foreign.clone();
         {
             let admin = self.env.admin.read().await;
             for i in 0..self.env.config.nodes {
@@ -1494,7 +1657,11 @@ impl Worker {
                 })
                 .count()
         };
-        let eligible = same(&e_grant, &e1);
+        let eligible: Vec<bool> = same(&e_grant, &e1)
+            .into_iter()
+            .zip(&seen)
+            .map(|(undisturbed, &seen)| undisturbed && seen)
+            .collect();
         if let (Some(b), Some(a)) = (&before, &after) {
             let held = holders(b, &eligible);
             if extended && held < q {
@@ -1558,79 +1725,7 @@ impl Worker {
                     .await;
             }
         }
-    }
-
-    /// S6 on a resource only this client uses: an acquire given 0-3 ms (so its future is
-    /// dropped before, during or after its SETs), or one that fails, or a lock released, must
-    /// leave no key behind on any node it can reach. Only nodes whose state and whose proxy
-    /// for this client did not change meanwhile count: a node that froze, restarted, or whose
-    /// link reset may keep a key until its TTL, which S6 allows for unreachable nodes.
-    async fn op_cancel(&mut self, op: &Op) {
-        self.private_seq += 1;
-        let p = format!("private:{}:{}", self.id, self.private_seq);
-        // A long TTL (the resource is private, no one waits for it): a key left behind is still
-        // there at the second look below, while a clean-up that is merely slow is not.
-        let ttl = self.env.config.ttl_max * 4;
-        let (e0, pe0) = (self.env.epochs(), self.env.board.epochs(self.id));
-        let budget = Duration::from_micros(op.offset_us.unsigned_abs() % 3_000);
-        let outcome =
-            match tokio::time::timeout(budget, self.redlock.acquire(p.as_str(), ttl)).await {
-                Ok(Ok(lock)) => {
-                    self.stats.cleanup_probes[2] += 1;
-                    let _ = lock.release().await;
-                    "granted and released"
-                }
-                Ok(Err(_)) => {
-                    self.stats.cleanup_probes[1] += 1;
-                    "failed"
-                }
-                Err(_) => {
-                    self.stats.cleanup_probes[0] += 1;
-                    "cancelled"
-                }
-            };
-        // Background releases are queued behind their SETs on the same connections: they land
-        // within a node timeout (the per-command timeout of fred bounds them).
-        tokio::time::sleep(self.node_timeout + ms(150)).await;
-        let Ok(first) = self.env.observer.inspect(&p).await else {
-            return;
-        };
-        self.checker().count_check("S6 clean-up");
-        let held = |i: &Inspection, n: usize| match &i.nodes[n].state {
-            Ok(Some(h)) => Some(h.token.clone()),
-            _ => None,
-        };
-        let suspects: Vec<usize> = (0..first.nodes.len())
-            .filter(|&n| held(&first, n).is_some())
-            .collect();
-        if suspects.is_empty() {
-            return;
-        }
-        // Look again later: only a key that is still there (same token) was left behind.
-        tokio::time::sleep(ms(500)).await;
-        let Ok(second) = self.env.observer.inspect(&p).await else {
-            return;
-        };
-        let (e1, pe1) = (self.env.epochs(), self.env.board.epochs(self.id));
-        for n in suspects {
-            let token = held(&first, n);
-            if e0[n] != e1[n] || pe0[n] != pe1[n] || held(&second, n) != token {
-                continue;
-            }
-            let ttl_left = match &second.nodes[n].state {
-                Ok(Some(h)) => h.ttl,
-                _ => None,
-            };
-            self.checker().violation(
-                ViolationKind::LeftKey,
-                format!(
-                    "client {}: acquire of {p} ({outcome}, budget {budget:?}, ttl {ttl:?}) left token {} on node {n} ({ttl_left:?} left {:?} later), node and link undisturbed",
-                    self.id,
-                    token.unwrap_or_default(),
-                    self.node_timeout + ms(650)
-                ),
-            );
-        }
+        self.stats
     }
 
     /// The foreign value planted by a takeover must be untouched (value, and a TTL still far
@@ -1660,6 +1755,93 @@ impl Worker {
                     Duration::from_secs(20),
                 ),
             }
+        }
+    }
+}
+
+/// The second half of an S6 clean-up probe ([`Worker::op_cancel`]): look at the nodes once the
+/// background releases had time to land, and again later where a key was still there.
+struct CleanupProbe {
+    /// When the acquire returned or was cancelled.
+    given_up: Instant,
+    env: Arc<Env>,
+    client: usize,
+    node_timeout: Duration,
+    resource: String,
+    outcome: &'static str,
+    budget: Duration,
+    ttl: Duration,
+    /// Node epochs and this client's link epochs from before the acquire.
+    node_epochs: Vec<u64>,
+    link_epochs: Vec<u64>,
+}
+
+impl CleanupProbe {
+    async fn look(self) {
+        let checker = &self.env.checker;
+        let p = self.resource.as_str();
+        // Background releases are queued behind their SETs on the same connections: they land
+        // within a node timeout (the per-command timeout of fred bounds them).
+        tokio::time::sleep(self.node_timeout + ms(150)).await;
+        let Ok(first) = self.env.observer.inspect(p).await else {
+            return;
+        };
+        checker.count_check("S6 clean-up");
+        let held = |i: &Inspection, n: usize| match &i.nodes[n].state {
+            Ok(Some(h)) => Some(h.token.clone()),
+            _ => None,
+        };
+        let suspects: Vec<usize> = (0..first.nodes.len())
+            .filter(|&n| held(&first, n).is_some())
+            .collect();
+        if suspects.is_empty() {
+            return;
+        }
+        // Look again later: only a key that is still there (same token) was left behind.
+        tokio::time::sleep(CLEANUP_SECOND_LOOK).await;
+        let second_at = Instant::now();
+        let Ok(second) = self.env.observer.inspect(p).await else {
+            return;
+        };
+        let (e1, pe1) = (self.env.epochs(), self.env.board.epochs(self.client));
+        for n in suspects {
+            let token = held(&first, n);
+            if self.node_epochs[n] != e1[n]
+                || self.link_epochs[n] != pe1[n]
+                || held(&second, n) != token
+            {
+                continue;
+            }
+            let ttl_left = match &second.nodes[n].state {
+                Ok(Some(h)) => h.ttl,
+                _ => None,
+            };
+            // When the node ran the SET, from the TTL it had left (to a millisecond or so).
+            let set_at = ttl_left
+                .and_then(|left| self.ttl.checked_sub(left))
+                .and_then(|age| second_at.checked_sub(age));
+            let landed = match set_at {
+                Some(t) if t >= self.given_up => format!("{:?} after", t - self.given_up),
+                Some(t) => format!("{:?} before", self.given_up - t),
+                None => "?".to_string(),
+            };
+            checker.violation(
+                ViolationKind::LeftKey,
+                format!(
+                    "client {}: acquire of {p} ({}, budget {:?}, ttl {:?}, node timeout {:?}) left token {} on node {n} ({ttl_left:?} left {:?} later; its SET ran about {landed} the acquire returned), node and link undisturbed. Events from 2 s before: {}",
+                    self.client,
+                    self.outcome,
+                    self.budget,
+                    self.ttl,
+                    self.node_timeout,
+                    token.unwrap_or_default(),
+                    second_at - self.given_up,
+                    checker.events(
+                        self.given_up.checked_sub(Duration::from_secs(2)).unwrap_or(self.given_up),
+                        second_at
+                    ),
+                ),
+            );
         }
     }
 }
@@ -1856,7 +2038,7 @@ pub async fn run(config: TortureConfig) -> io::Result<Report> {
         config.nodes, config.clients, config.resources, config.seed, config.duration
     ));
     let mut lanes = Vec::new();
-    for lane in 0..3 {
+    for lane in 0..=config.client_lanes() {
         let mine: Vec<Episode> = episodes
             .iter()
             .filter(|e| e.lane == lane)
@@ -1876,6 +2058,7 @@ pub async fn run(config: TortureConfig) -> io::Result<Report> {
             stale: Vec::new(),
             private_seq: 0,
             node_timeout,
+            probes: Vec::new(),
         };
         workers.push(tokio::spawn(worker.run(stop_at)));
     }
