@@ -871,7 +871,12 @@ async fn main() {
         e99 / h99
     );
     let sem_rate = median(sem_rounds.iter().map(|r| r.per_second).collect());
-    let sem_cmds = median(sem_rounds.iter().map(|r| r.commands_per_acquisition).collect());
+    let sem_cmds = median(
+        sem_rounds
+            .iter()
+            .map(|r| r.commands_per_acquisition)
+            .collect(),
+    );
     println!(
         "| (f) semaphore, {SEM_PERMITS} permits, {SEM_TASKS} contenders, 1 ms hold: acquisitions/s (Redis commands per acquisition: {sem_cmds:.1}) | — | {sem_rate:.0} | — | — | {} over permits |",
         sem_rounds.iter().map(|r| r.over_permits).sum::<u64>()
