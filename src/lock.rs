@@ -172,7 +172,9 @@ impl Lock {
 
     /// Releases the lock on every node (only keys that still hold our token are deleted) and
     /// reports per node. Returns once the outcome is known; nodes still busy finish in the
-    /// background, and a node that is down keeps its key until the TTL expires.
+    /// background, a node whose release failed is retried in the background (10 ms, doubling
+    /// to 250 ms) until the keys would have expired anyway or the `Redlock` is closed, and a
+    /// node that stays down keeps its key until the TTL expires.
     ///
     /// `Ok` means a quorum still held our token when it was deleted, so no one else can have held
     /// the lock in the meantime (under Redlock's assumptions), even if the deadline had passed.
@@ -189,7 +191,8 @@ impl Lock {
         let held = self.held.clone();
         // From here on, a drop of this future must still release: keep `self` armed until the
         // round has been sent and answered.
-        let votes = tracing::Instrument::instrument(inner.release_all(&held), span.clone()).await;
+        let votes =
+            tracing::Instrument::instrument(inner.release_all(&held, self.ttl), span.clone()).await;
         self.released = true;
         let elapsed = started.elapsed();
         let report = ReleaseReport {

@@ -461,6 +461,11 @@ impl Inner {
         ttl: Duration,
     ) {
         let votes = self.release_round(held, targets, |_| true).await;
+        self.retry_failed(held, &votes, ttl);
+    }
+
+    /// Retries, in a task, the release on the nodes where it failed (see [`retry_release`]).
+    fn retry_failed(self: &Arc<Self>, held: &Arc<Held>, votes: &Votes, ttl: Duration) {
         let failed = failed_nodes(&votes.0);
         if failed.is_empty() {
             return;
@@ -499,10 +504,15 @@ impl Inner {
         )
     }
 
-    /// Releases on every node, deciding as soon as the outcome is known.
-    pub(crate) async fn release_all(&self, held: &Arc<Held>) -> Votes {
-        self.release_round(held, 0..self.nodes.len(), quorum_known)
-            .await
+    /// Releases on every node, deciding as soon as the outcome is known. Nodes whose release
+    /// failed are retried in the background (see [`retry_release`]): a release can fail at once
+    /// while a late SET of the same lock still waits in fred's queue for that node.
+    pub(crate) async fn release_all(self: &Arc<Self>, held: &Arc<Held>, ttl: Duration) -> Votes {
+        let votes = self
+            .release_round(held, 0..self.nodes.len(), quorum_known)
+            .await;
+        self.retry_failed(held, &votes, ttl);
+        votes
     }
 
     fn release_timeout(&self) -> Duration {
