@@ -275,6 +275,8 @@ pub struct LocalNodes {
     /// Root temp dir holding every node's data dir and log.
     root: PathBuf,
     nodes: Vec<Node>,
+    /// Append-only file with `fsync` on every write; restarts keep the data.
+    durable: bool,
 }
 
 impl LocalNodes {
@@ -284,6 +286,19 @@ impl LocalNodes {
     /// The binary is `redis-server` from `PATH`, or the path in the
     /// `FREDLOCK_REDIS_SERVER` environment variable.
     pub async fn start(n: usize) -> io::Result<LocalNodes> {
+        Self::start_with(n, false).await
+    }
+
+    /// As [`start`](Self::start), but every node persists each write before answering
+    /// (`--appendonly yes --appendfsync always`), and [`restart`](Self::restart),
+    /// [`start_node`](Self::start_node) bring a killed node back WITH its data: the
+    /// configuration fencing counters need (they never expire, so only durability protects
+    /// them across a crash). Every write costs an `fsync`: expect about 10,000 writes/s.
+    pub async fn start_durable(n: usize) -> io::Result<LocalNodes> {
+        Self::start_with(n, true).await
+    }
+
+    async fn start_with(n: usize, durable: bool) -> io::Result<LocalNodes> {
         let bin = std::env::var_os(SERVER_BIN_ENV)
             .filter(|b| !b.is_empty())
             .unwrap_or_else(|| "redis-server".into());
@@ -301,6 +316,7 @@ impl LocalNodes {
             bin,
             root,
             nodes: Vec::with_capacity(n),
+            durable,
         };
         let ports = pick_free_ports(n)?;
         for (i, port) in ports.into_iter().enumerate() {
@@ -385,14 +401,16 @@ impl LocalNodes {
 
     /// Kills node `i` (if running) and starts a fresh, EMPTY redis-server on
     /// the same port, waiting until it answers `PING`. Models a crash and
-    /// restart of a node without persistence.
+    /// restart of a node without persistence (of a durable node, from
+    /// [`start_durable`](Self::start_durable): back with every acknowledged write).
     pub async fn restart(&mut self, i: usize) -> io::Result<()> {
         self.kill(i)?;
         self.launch(i, false).await
     }
 
     /// Starts node `i` again on its original port after [`kill`](Self::kill).
-    /// Does nothing if it is already running. The node comes back empty.
+    /// Does nothing if it is already running. The node comes back empty (durable nodes: with
+    /// their data).
     pub async fn start_node(&mut self, i: usize) -> io::Result<()> {
         if self.is_running(i) {
             return Ok(());
@@ -509,11 +527,14 @@ impl LocalNodes {
         loop {
             attempts += 1;
             let node = &self.nodes[i];
-            // Fresh data dir: whatever a previous run left must not come back.
-            let _ = fs::remove_dir_all(&node.dir);
+            // Fresh data dir, unless a durable node restarts: whatever a previous run left
+            // must not come back.
+            if may_move || !self.durable {
+                let _ = fs::remove_dir_all(&node.dir);
+            }
             fs::create_dir_all(&node.dir)?;
             let log_start = log_len(&node.log);
-            let mut child = spawn_server(&self.bin, node.port, &node.dir, &node.log)?;
+            let mut child = spawn_server(&self.bin, node.port, &node.dir, &node.log, self.durable)?;
             match wait_ready(&mut child, node.port, deadline).await {
                 Ok(()) => {
                     *lock(&node.child) = Some(child);
@@ -584,15 +605,26 @@ fn pick_free_ports(n: usize) -> io::Result<Vec<u16>> {
         .collect()
 }
 
-fn spawn_server(bin: &OsString, port: u16, dir: &Path, log: &Path) -> io::Result<Child> {
+fn spawn_server(
+    bin: &OsString,
+    port: u16,
+    dir: &Path,
+    log: &Path,
+    durable: bool,
+) -> io::Result<Child> {
     let out = OpenOptions::new().create(true).append(true).open(log)?;
     let err = out.try_clone()?;
+    let aof: &[&str] = if durable {
+        &["--appendonly", "yes", "--appendfsync", "always"]
+    } else {
+        &["--appendonly", "no"]
+    };
     Command::new(bin)
         .arg("--port")
         .arg(port.to_string())
         .args(["--bind", "127.0.0.1"])
         .args(["--save", ""])
-        .args(["--appendonly", "no"])
+        .args(aof)
         .args(["--daemonize", "no"])
         .args(["--protected-mode", "no"])
         .args(["--enable-debug-command", "local"])

@@ -5,6 +5,10 @@
 //! fewer than `permits` members, and a holder is admitted when a quorum of nodes admitted it.
 //! Different majorities can admit different holders, so a partition admits more holders than
 //! permits while no node ever holds more than `permits` members.
+//!
+//! [`NaiveFencing`] hands out fencing tokens as "INCR the counter on every node that granted,
+//! take the largest": different majorities advance different counters, so a token repeats
+//! (N = 3, grants on nodes {0,1}, {0,2}, {0,1}, {1,2} give tokens 1, 2, 3, 3).
 
 use fredlock::fred::clients::Client;
 use fredlock::fred::prelude::{LuaInterface, Options};
@@ -68,6 +72,40 @@ impl NaiveSemaphore {
         });
         let admitted = futures_admitted(calls).await;
         admitted > nodes / 2
+    }
+}
+
+/// Fencing tokens by "INCR on each granting node, token = max": UNSAFE (tokens repeat when
+/// successive grants reach different majorities; see the module docs). For negative controls
+/// only.
+#[derive(Debug, Clone)]
+pub struct NaiveFencing {
+    key: String,
+}
+
+impl NaiveFencing {
+    /// Naive tokens for `resource`.
+    pub fn new(resource: &str) -> NaiveFencing {
+        NaiveFencing {
+            key: format!("strawman:fence:{resource}"),
+        }
+    }
+
+    /// The token a holder granted by the nodes in `clients` (one client per granting node)
+    /// gets: the largest of their incremented counters; `None` when no node answered.
+    pub async fn token(&self, clients: &[Client]) -> Option<u64> {
+        let mut best = None;
+        for c in clients {
+            let incr = c.eval::<u64, _, _, _>(
+                "return redis.call('INCR', KEYS[1])",
+                vec![self.key.clone()],
+                Vec::<String>::new(),
+            );
+            if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(100), incr).await {
+                best = best.max(Some(n));
+            }
+        }
+        best
     }
 }
 

@@ -277,6 +277,27 @@ async fn killed_node_refuses_and_restarts_empty_on_same_port() {
 }
 
 #[tokio::test]
+async fn a_durable_node_keeps_acknowledged_writes_across_kill_9() {
+    let mut nodes = LocalNodes::start_durable(2).await.unwrap();
+    nodes.set(0, "counter", "41").await.unwrap();
+    nodes.set(1, "counter", "41").await.unwrap();
+    nodes.kill(0).unwrap();
+    nodes.start_node(0).await.unwrap();
+    assert_eq!(
+        nodes.get(0, "counter").await.unwrap().as_deref(),
+        Some("41")
+    );
+    nodes.restart(1).await.unwrap();
+    assert_eq!(
+        nodes.get(1, "counter").await.unwrap().as_deref(),
+        Some("41")
+    );
+    // Nodes started fresh (a new LocalNodes) never see an earlier run's data.
+    let fresh = LocalNodes::start_durable(1).await.unwrap();
+    assert_eq!(fresh.get(0, "counter").await.unwrap(), None);
+}
+
+#[tokio::test]
 async fn paused_node_times_out_and_answers_after_resume() {
     let nodes = LocalNodes::start(2).await.unwrap();
     nodes.pause(0).unwrap();
