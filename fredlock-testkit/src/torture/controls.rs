@@ -1,0 +1,316 @@
+//! The negative controls: deterministic scenarios outside Redlock's assumptions (rows 11 and 12)
+//! where the checker MUST find the overlap, and the same made safe, where it must find nothing.
+//!
+//! Owns the controls' own small set-up (three fresh nodes, two clients, a data node) and their
+//! verdicts. Must not use the torture run's schedule, fault lanes or workers (only its data-node
+//! client): a control is a fixed script, so that its outcome says something about the checker
+//! alone.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::time::Duration;
+
+use fredlock::fred::clients::Client;
+use fredlock::fred::prelude::{KeysInterface, Value};
+use fredlock::{Lock, Redlock, Retry};
+use tokio::time::Instant;
+
+use super::env::{data_client, data_key, io_err};
+use super::schedule::ms;
+use super::RESTART_MARGIN;
+use crate::checker::{Checker, CheckerReport, DataValue, GrantId, GrantKind, ViolationKind};
+use crate::{LocalNodes, RespValue};
+
+/// One negative control's outcome.
+#[derive(Debug, Clone)]
+pub struct ControlResult {
+    /// What the scenario is.
+    pub name: &'static str,
+    /// The fault-matrix row.
+    pub row: &'static str,
+    /// Whether the checker must find a violation (otherwise it must find none).
+    pub expect_violation: bool,
+    /// Violations found.
+    pub violations: usize,
+    /// Their kinds.
+    pub kinds: Vec<ViolationKind>,
+    /// Whether the checker did what was expected (for an expected violation: an overlap was
+    /// found).
+    pub pass: bool,
+    /// How the scenario went (placement of the locks), or why it could not run.
+    pub detail: String,
+}
+
+/// Two clients straight on three fresh nodes, a data node, a checker.
+struct ControlEnv {
+    nodes: LocalNodes,
+    _data_node: LocalNodes,
+    data: Client,
+    a: Redlock,
+    b: Redlock,
+    checker: Checker,
+}
+
+impl ControlEnv {
+    async fn start() -> io::Result<ControlEnv> {
+        let nodes = LocalNodes::start(3).await?;
+        let data_node = LocalNodes::start(1).await?;
+        let data = data_client(&data_node.url(0)).await?;
+        let client = || {
+            Redlock::builder()
+                .nodes(nodes.urls())
+                .node_timeout(Duration::from_millis(200))
+                .retry(Retry::once())
+                .build()
+        };
+        let a = client().await.map_err(io_err)?;
+        let b = client().await.map_err(io_err)?;
+        Ok(ControlEnv {
+            nodes,
+            _data_node: data_node,
+            data,
+            a,
+            b,
+            checker: Checker::new(fredlock::config::DEFAULT_DRIFT_FACTOR),
+        })
+    }
+
+    async fn read(&self, resource: &str) -> io::Result<(DataValue, Instant)> {
+        let at = Instant::now();
+        let raw: Option<String> = self.data.get(data_key(resource)).await.map_err(io_err)?;
+        let v = DataValue::parse(raw.as_deref()).ok_or_else(|| io_err("bad counter"))?;
+        Ok((v, at))
+    }
+
+    async fn write(
+        &self,
+        grant: GrantId,
+        resource: &str,
+        read: (DataValue, Instant),
+    ) -> io::Result<()> {
+        let id = self.checker.begin_write(grant, resource, read.0, read.1);
+        let _: Value = self
+            .data
+            .set(
+                data_key(resource),
+                read.0.next(id).encode(),
+                None,
+                None,
+                false,
+            )
+            .await
+            .map_err(io_err)?;
+        self.checker.complete_write(id, Instant::now());
+        Ok(())
+    }
+
+    async fn block(&self, node: usize, key: &str) -> io::Result<()> {
+        expect_ok(
+            self.nodes
+                .command(node, &["SET", key, "blocker", "PX", "60000"])
+                .await?,
+        )
+    }
+
+    /// Where `token` is held, as node indices.
+    async fn placement(&self, resource: &str, token: &str) -> io::Result<Vec<usize>> {
+        let i = self.a.inspect(resource).await.map_err(io_err)?;
+        Ok(i.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| matches!(&n.state, Ok(Some(h)) if h.token == token))
+            .map(|(i, _)| i)
+            .collect())
+    }
+
+    /// B retries until granted (its connection to a restarted node needs a moment).
+    async fn acquire_b(&self, resource: &str, ttl: Duration) -> io::Result<(Lock, GrantId)> {
+        let give_up = Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.b.acquire(resource, ttl).await {
+                Ok(lock) => {
+                    let g = self
+                        .checker
+                        .grant(1, &lock, GrantKind::Control, Instant::now());
+                    return Ok((lock, g));
+                }
+                Err(e) if Instant::now() >= give_up => {
+                    return Err(io_err(format!("B never acquired: {e}")))
+                }
+                Err(_) => tokio::time::sleep(ms(50)).await,
+            }
+        }
+    }
+
+    /// A acquires on exactly nodes {0, 1}: node 2 holds a blocker during A's acquire.
+    async fn a_on_0_1(&self, resource: &str, ttl: Duration) -> io::Result<(Lock, GrantId)> {
+        let key = self.a.key(resource);
+        self.block(2, &key).await?;
+        let lock = self.a.acquire(resource, ttl).await.map_err(io_err)?;
+        let g = self
+            .checker
+            .grant(0, &lock, GrantKind::Control, Instant::now());
+        let at = self.placement(resource, lock.token()).await?;
+        if at != [0, 1] {
+            return Err(io_err(format!("set-up: A is on {at:?}, not [0, 1]")));
+        }
+        expect_ok_int(self.nodes.command(2, &["DEL", key.as_str()]).await?)?;
+        Ok((lock, g))
+    }
+
+    async fn finish(&self, resource: &str) -> io::Result<CheckerReport> {
+        let raw: Option<String> = self.data.get(data_key(resource)).await.map_err(io_err)?;
+        Ok(self
+            .checker
+            .finish(&HashMap::from([(resource.to_string(), raw)])))
+    }
+}
+
+fn expect_ok(reply: RespValue) -> io::Result<()> {
+    match reply {
+        RespValue::Simple(s) if s == "OK" => Ok(()),
+        other => Err(io_err(format!("unexpected reply {other:?}"))),
+    }
+}
+
+fn expect_ok_int(reply: RespValue) -> io::Result<()> {
+    match reply {
+        RespValue::Integer(_) => Ok(()),
+        other => Err(io_err(format!("unexpected reply {other:?}"))),
+    }
+}
+
+/// Row 11: A holds {0, 1}; node 1 restarts EMPTY (at once, or after A's TTL); B acquires.
+/// A reads the counter before B's grant and writes it after B's increment.
+async fn control_row11(delayed: bool) -> io::Result<(CheckerReport, String)> {
+    let mut env = ControlEnv::start().await?;
+    let r = "control:row11";
+    let ttl = if delayed { ms(1000) } else { ms(5000) };
+    let (lock_a, ga) = env.a_on_0_1(r, ttl).await?;
+    let detail;
+    if delayed {
+        // A works inside its window and stops; node 1 comes back only after A's TTL.
+        let read = env.read(r).await?;
+        env.write(ga, r, read).await?;
+        tokio::time::sleep_until(lock_a.acquired_at() + ttl + RESTART_MARGIN).await;
+        env.nodes.restart(1).await?;
+        let (lock_b, gb) = env.acquire_b(r, ms(5000)).await?;
+        let at_b = env.placement(r, lock_b.token()).await?;
+        let read = env.read(r).await?;
+        env.write(gb, r, read).await?;
+        env.checker.close(gb, Instant::now(), lock_b.deadline());
+        let _ = lock_b.release().await;
+        env.checker.close(ga, Instant::now(), lock_a.deadline());
+        let _ = lock_a.release().await;
+        detail = format!("A on [0, 1], node 1 restarted after A's TTL, B on {at_b:?}");
+    } else {
+        env.nodes.restart(1).await?;
+        let a_read = env.read(r).await?;
+        let (lock_b, gb) = env.acquire_b(r, ms(5000)).await?;
+        let at_b = env.placement(r, lock_b.token()).await?;
+        let read = env.read(r).await?;
+        env.write(gb, r, read).await?;
+        if !lock_a.is_valid() {
+            return Err(io_err("set-up: A expired before its write"));
+        }
+        env.write(ga, r, a_read).await?;
+        env.checker.close(gb, Instant::now(), lock_b.deadline());
+        let _ = lock_b.release().await;
+        env.checker.close(ga, Instant::now(), lock_a.deadline());
+        let _ = lock_a.release().await;
+        detail =
+            format!("A on [0, 1], node 1 restarted empty at once, B on {at_b:?} while A valid");
+    }
+    Ok((env.finish(r).await?, detail))
+}
+
+/// Row 12: A holds {0, 1}; node 1's clock "jumps" (PEXPIRE 1 ms); node 2 is free; B acquires.
+async fn control_row12() -> io::Result<(CheckerReport, String)> {
+    let env = ControlEnv::start().await?;
+    let r = "control:row12";
+    let (lock_a, ga) = env.a_on_0_1(r, ms(5000)).await?;
+    if !env.nodes.pexpire(1, &env.a.key(r), 1).await? {
+        return Err(io_err("set-up: A's key missing on node 1"));
+    }
+    tokio::time::sleep(ms(10)).await;
+    let a_read = env.read(r).await?;
+    let (lock_b, gb) = env.acquire_b(r, ms(5000)).await?;
+    let at_b = env.placement(r, lock_b.token()).await?;
+    let read = env.read(r).await?;
+    env.write(gb, r, read).await?;
+    env.write(ga, r, a_read).await?;
+    env.checker.close(gb, Instant::now(), lock_b.deadline());
+    let _ = lock_b.release().await;
+    env.checker.close(ga, Instant::now(), lock_a.deadline());
+    let _ = lock_a.release().await;
+    let detail = format!("A on [0, 1], key expired early on node 1, B on {at_b:?} while A valid");
+    Ok((env.finish(r).await?, detail))
+}
+
+async fn control(
+    name: &'static str,
+    row: &'static str,
+    expect_violation: bool,
+    scenario: impl Future<Output = io::Result<(CheckerReport, String)>>,
+) -> ControlResult {
+    match scenario.await {
+        Ok((report, detail)) => {
+            let mut kinds: Vec<ViolationKind> = report.violations.iter().map(|v| v.kind).collect();
+            kinds.sort();
+            kinds.dedup();
+            let pass = if expect_violation {
+                report.count(ViolationKind::Overlap) >= 1
+            } else {
+                report.violations.is_empty()
+            };
+            ControlResult {
+                name,
+                row,
+                expect_violation,
+                violations: report.violations.len(),
+                kinds,
+                pass,
+                detail,
+            }
+        }
+        Err(e) => ControlResult {
+            name,
+            row,
+            expect_violation,
+            violations: 0,
+            kinds: Vec::new(),
+            pass: false,
+            detail: format!("could not run: {e}"),
+        },
+    }
+}
+
+/// The negative controls: deterministic scenarios outside Redlock's assumptions where the
+/// checker MUST find the overlap (a control that finds nothing means the checker is blind), and
+/// the same schedule made safe by a delayed restart, where it must find nothing.
+pub async fn negative_controls() -> Vec<ControlResult> {
+    vec![
+        control(
+            "node restarted EMPTY at once, B acquires while A is valid",
+            "11",
+            true,
+            control_row11(false),
+        )
+        .await,
+        control(
+            "same, delayed restart (after A's TTL)",
+            "11",
+            false,
+            control_row11(true),
+        )
+        .await,
+        control(
+            "clock jump on one node (PEXPIRE 1 ms) + split",
+            "12",
+            true,
+            control_row12(),
+        )
+        .await,
+    ]
+}

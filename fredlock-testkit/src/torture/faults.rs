@@ -1,0 +1,240 @@
+//! Fault actions: the lanes of the schedule applied to the nodes (kill and delayed restart,
+//! SIGSTOP, SCRIPT FLUSH) and to the clients' proxies (partitions, held or dropped replies,
+//! latency, resets), with the outages they imply recorded for the checker.
+//!
+//! Owns the [`Board`] of proxy faults and the application of each [`Episode`]. Must not decide
+//! what to inject or when (that is the seeded `schedule.rs`) nor check anything beyond
+//! reporting engine failures and outages to the checker.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::env::Env;
+use super::schedule::ms;
+use super::{Episode, FaultKind, TortureConfig, RESET_HOLD};
+use crate::checker::{Checker, ViolationKind};
+use crate::{Fault, FaultProxy};
+
+/// What one lane did: each episode's kind and how long it took.
+type LaneLog = Vec<(FaultKind, Duration)>;
+
+/// Each client's proxies have two fault layers: the node lane's (a partition of every client)
+/// wins over the client lanes' (one client's link). Each layer ends its swallowing faults with a
+/// reset, so the effective fault does too.
+pub(super) struct Board {
+    proxies: Vec<Vec<FaultProxy>>,
+    layers: Mutex<Vec<Vec<[Fault; 2]>>>,
+    /// Per client and node, bumped whenever that proxy's effective fault changes.
+    epochs: Vec<Vec<AtomicU64>>,
+}
+
+impl Board {
+    /// Every client's proxies, all passing.
+    pub(super) fn new(config: &TortureConfig, proxies: Vec<Vec<FaultProxy>>) -> Board {
+        Board {
+            layers: Mutex::new(vec![vec![[Fault::Pass; 2]; config.nodes]; config.clients]),
+            epochs: (0..config.clients)
+                .map(|_| (0..config.nodes).map(|_| AtomicU64::new(0)).collect())
+                .collect(),
+            proxies,
+        }
+    }
+
+    pub(super) fn set(&self, layer: usize, clients: &[usize], nodes: &[usize], fault: Fault) {
+        let mut layers = self.layers.lock().unwrap_or_else(|p| p.into_inner());
+        for &c in clients {
+            for &n in nodes {
+                let l = &mut layers[c][n];
+                l[layer] = fault;
+                let effective = if l[0] != Fault::Pass { l[0] } else { l[1] };
+                if self.proxies[c][n].fault() != effective {
+                    self.epochs[c][n].fetch_add(1, Ordering::SeqCst);
+                }
+                self.proxies[c][n].set(effective);
+            }
+        }
+    }
+
+    /// One client's proxy epochs, by node.
+    pub(super) fn epochs(&self, client: usize) -> Vec<u64> {
+        self.epochs[client]
+            .iter()
+            .map(|e| e.load(Ordering::SeqCst))
+            .collect()
+    }
+}
+
+/// Runs each lane of the schedule in a task of its own, from `start`.
+pub(super) fn spawn_lanes(
+    env: &Arc<Env>,
+    episodes: &[Episode],
+    start: Instant,
+) -> Vec<JoinHandle<LaneLog>> {
+    let mut lanes = Vec::new();
+    for lane in 0..=env.config.client_lanes() {
+        let mine: Vec<Episode> = episodes
+            .iter()
+            .filter(|e| e.lane == lane)
+            .cloned()
+            .collect();
+        lanes.push(tokio::spawn(run_lane(env.clone(), mine, start)));
+    }
+    lanes
+}
+
+/// Waits for every lane: faults injected, count and total time held, by kind.
+pub(super) async fn join_lanes(
+    checker: &Checker,
+    lanes: Vec<JoinHandle<LaneLog>>,
+) -> BTreeMap<FaultKind, (u64, Duration)> {
+    let mut faults: BTreeMap<FaultKind, (u64, Duration)> = BTreeMap::new();
+    for lane in lanes {
+        match lane.await {
+            Ok(done) => {
+                for (kind, d) in done {
+                    let e = faults.entry(kind).or_default();
+                    e.0 += 1;
+                    e.1 += d;
+                }
+            }
+            Err(e) => checker.violation(ViolationKind::Engine, format!("fault lane: {e}")),
+        }
+    }
+    faults
+}
+
+/// Runs one lane of the schedule.
+async fn run_lane(env: Arc<Env>, episodes: Vec<Episode>, start: Instant) -> LaneLog {
+    let all_clients: Vec<usize> = (0..env.config.clients).collect();
+    let mut done = Vec::new();
+    for ep in episodes {
+        tokio::time::sleep_until(start + ep.start).await;
+        let began = Instant::now();
+        let label = format!("{} {:?}", ep.kind.describe(), ep.nodes);
+        env.checker.event(format!(
+            "fault begins: {label} clients {:?} {:?}",
+            ep.clients, ep.fault
+        ));
+        match ep.kind {
+            FaultKind::KillMinority | FaultKind::KillMajority => {
+                kill(&env, &ep, &all_clients, label).await
+            }
+            FaultKind::PauseMinority | FaultKind::PauseMajority => pause(&env, &ep, label).await,
+            FaultKind::PartitionMinority | FaultKind::PartitionMajority => {
+                partition(&env, &ep, &all_clients, label).await
+            }
+            FaultKind::ScriptFlush => script_flush(&env, &ep).await,
+            FaultKind::HoldReplies
+            | FaultKind::Latency
+            | FaultKind::DropReplies
+            | FaultKind::Reset => client_fault(&env, &ep).await,
+        }
+        env.checker.event(format!(
+            "fault ends: {} {:?} clients {:?}",
+            ep.kind.describe(),
+            ep.nodes,
+            ep.clients
+        ));
+        done.push((ep.kind, began.elapsed()));
+    }
+    done
+}
+
+/// Rows 2 and 3: kill -9, then a restart (empty) delayed by the episode's duration.
+async fn kill(env: &Env, ep: &Episode, all_clients: &[usize], label: String) {
+    {
+        let mut admin = env.admin.write().await;
+        for &i in &ep.nodes {
+            env.bump(i);
+            if let Err(e) = admin.kill(i) {
+                env.checker
+                    .violation(ViolationKind::Engine, format!("kill {i}: {e}"));
+            }
+        }
+    }
+    let s = Instant::now();
+    // The restart is delayed by at least the max TTL + margin from the kill.
+    tokio::time::sleep(ep.duration).await;
+    let e = Instant::now();
+    // Clients must not reach a restarted node before the foreign owner has its keys
+    // back (else a client could take a foreign resource the owner lost in the
+    // restart, outside assumption A for that owner): reset them meanwhile.
+    env.board.set(0, all_clients, &ep.nodes, Fault::Reset);
+    let mut admin = env.admin.write().await;
+    for &i in &ep.nodes {
+        if let Err(err) = admin.start_node(i).await {
+            env.checker
+                .violation(ViolationKind::Engine, format!("restart {i}: {err}"));
+        }
+        env.bump(i);
+        // The node came back empty: the foreign owner takes its keys again.
+        env.plant_foreign(&admin, i).await;
+    }
+    drop(admin);
+    env.board.set(0, all_clients, &ep.nodes, Fault::Pass);
+    if ep.kind.majority() {
+        env.checker.outage(s, e, label);
+    }
+}
+
+/// Rows 4 and 5: SIGSTOP, then SIGCONT.
+async fn pause(env: &Env, ep: &Episode, label: String) {
+    {
+        let admin = env.admin.read().await;
+        for &i in &ep.nodes {
+            env.bump(i);
+            let _ = admin.pause(i);
+        }
+    }
+    // SIGSTOP is delivered asynchronously; 5 ms is far more than it takes.
+    let s = Instant::now() + ms(5);
+    tokio::time::sleep(ep.duration).await;
+    let e = Instant::now();
+    let admin = env.admin.read().await;
+    for &i in &ep.nodes {
+        let _ = admin.resume(i);
+        env.bump(i);
+    }
+    if ep.kind.majority() {
+        env.checker.outage(s, e, label);
+    }
+}
+
+/// Row 2's network form and row 3: every client cut from some nodes, then a reset, then pass.
+async fn partition(env: &Env, ep: &Episode, all_clients: &[usize], label: String) {
+    env.board.set(0, all_clients, &ep.nodes, Fault::Blackhole);
+    let s = Instant::now();
+    tokio::time::sleep(ep.duration).await;
+    let e = Instant::now();
+    env.board.set(0, all_clients, &ep.nodes, Fault::Reset);
+    tokio::time::sleep(RESET_HOLD).await;
+    env.board.set(0, all_clients, &ep.nodes, Fault::Pass);
+    if ep.kind.majority() {
+        env.checker.outage(s, e, label);
+    }
+}
+
+/// Row 15: SCRIPT FLUSH.
+async fn script_flush(env: &Env, ep: &Episode) {
+    let admin = env.admin.read().await;
+    for &i in &ep.nodes {
+        let _ = admin.script_flush(i).await;
+    }
+}
+
+/// Rows 6 to 9: one lane's fault on some clients' proxies (a swallowing one ends with a reset).
+async fn client_fault(env: &Env, ep: &Episode) {
+    let fault = ep.fault.unwrap_or(Fault::Reset);
+    env.board.set(1, &ep.clients, &ep.nodes, fault);
+    tokio::time::sleep(ep.duration).await;
+    if matches!(fault, Fault::DropReplies | Fault::Blackhole) {
+        env.board.set(1, &ep.clients, &ep.nodes, Fault::Reset);
+        tokio::time::sleep(RESET_HOLD).await;
+    }
+    env.board.set(1, &ep.clients, &ep.nodes, Fault::Pass);
+}

@@ -1,0 +1,245 @@
+// This file owns the run's configuration, the order in which a run is set up, started, stopped
+// and collected (`run`), and the module's public names. It must not hold the logic of a fault,
+// of a client operation or of a check: those live in the files declared below, one concern each.
+//! The fault-injection torture run: K clients contend for M resources over N local nodes while
+//! a seeded schedule kills, freezes, partitions and delays nodes and connections; a
+//! [`Checker`] decides afterwards whether any safety property broke. Plus the negative controls
+//! that prove the checker can see a violation when one is planted.
+//!
+//! # Set-up of a run
+//! - N lock nodes ([`LocalNodes`]), plus one more redis-server, the DATA node, that holds the
+//!   lost-update counters and is never faulted (the thing the lock protects).
+//! - Every client has its OWN [`FaultProxy`](crate::FaultProxy) per node and its own
+//!   [`Redlock`](fredlock::Redlock) over its proxies, so a fault can hit one client (a slow
+//!   link, held replies) or every client (a partition).
+//! - "Foreign" lock keys (`foreign:0..F`) are planted on every node with a value no client
+//!   owns and a TTL longer than the run: clients try to take them and must never get them, and
+//!   they must all be intact at the end.
+//! - An observer `Redlock` straight on the nodes (no proxy) inspects keys for the checks.
+//!
+//! # The schedule
+//! One seeded `StdRng` generates, before anything runs, a list of fault episodes on three
+//! lanes: lane 0 holds node faults (kill with a DELAYED restart, SIGSTOP, a partition of every
+//! client from some nodes, SCRIPT FLUSH), one at a time and on a minority of the nodes, except
+//! the row 3 and row 5 episodes that take a majority (nothing can be granted then, which the
+//! checker verifies). Lanes 1 and 2 hold per-client network faults (held replies, latency,
+//! dropped replies, resets), each lane on its own half of the clients. Each client draws its
+//! operations from its own seeded `StdRng`. So a seed replays the same fault schedule and the
+//! same sequence of operations per client; what it cannot replay is timing (which operation is
+//! in flight when a fault hits).
+//!
+//! # Assumption A, kept on purpose
+//! At most a minority of nodes is faulty at a time (except rows 3 and 5, which make everything
+//! unavailable); a killed node comes back EMPTY only after the maximum TTL plus a margin
+//! ("delayed restart"); no node clock jumps. Per-client network faults do not make a node
+//! faulty (Redlock's safety does not depend on the network). Swallowing faults (blackhole,
+//! dropped replies) always end with a ~100 ms reset before traffic passes again: fred pipelines
+//! and matches replies to requests in order, so swallowed bytes would desynchronise the stream,
+//! which real TCP cannot do without the connection dying.
+//!
+//! # What a client does
+//! A seeded mix of: acquire + critical section + release (sometimes with an inspection that the
+//! token is on a quorum, sometimes with an extend half-way); try_acquire; a two-resource
+//! acquire; keep-alive sections longer than the TTL; `with_lock` sections (cancelled when the
+//! lock is lost); an extend timed near the deadline; abandoned locks kept as stale `Lock`
+//! values, later extended and released (often after the client re-acquired the resource, so
+//! another holder's key is there: rows 13 and 14); attempts on the foreign resources; and a
+//! private-resource probe where the keys are deleted or taken over behind the lock's back
+//! before it extends and releases (S4, S5 at the script level); and a clean-up probe (S6): an
+//! acquire on a private resource cancelled after 0-3 ms, failed, or granted and released, must
+//! leave no key on any node whose state and link did not change meanwhile. Every critical section is a
+//! non-atomic read-modify-write of a counter on the data node, done only while the lock still
+//! has a guard of validity left (so a holder does not act past its deadline: row 10 is not
+//! covered by Redlock, and this run is about what Redlock does guarantee).
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::checker::Checker;
+use super::{Fault, LocalNodes};
+use fredlock::Retry;
+
+mod controls;
+mod env;
+mod faults;
+mod report;
+mod schedule;
+mod stats;
+mod worker;
+
+pub use controls::{negative_controls, ControlResult};
+pub use report::{markdown, Report};
+pub use schedule::{fingerprint, random_seed, schedule, Episode, FaultKind};
+pub use stats::Stats;
+
+use env::{final_checks, read_finals, Env};
+use faults::{join_lanes, spawn_lanes};
+use schedule::ms;
+use worker::{join_workers, spawn_workers};
+
+/// A node killed in the run comes back (empty) only after the maximum TTL plus this much:
+/// every key it held has expired everywhere by then, so its empty restart cannot help a second
+/// holder in (the "delayed restart" of the notes).
+pub const RESTART_MARGIN: Duration = Duration::from_millis(200);
+/// How long a proxy resets connections after a swallowing fault, before it passes again: long
+/// enough for fred to see the reset and drop its (desynchronised) connection.
+pub const RESET_HOLD: Duration = Duration::from_millis(100);
+/// The value of the planted foreign keys.
+pub const FOREIGN_VALUE: &str = "foreign-owner";
+
+/// What one run does. Build with [`TortureConfig::new`] and adjust the fields.
+#[derive(Debug, Clone)]
+pub struct TortureConfig {
+    /// Lock nodes: 3 or 5 (any odd number works).
+    pub nodes: usize,
+    /// Contending clients, each with its own proxies and `Redlock`.
+    pub clients: usize,
+    /// Shared resources the clients contend for.
+    pub resources: usize,
+    /// Resources held by a foreign owner on every node for the whole run.
+    pub foreign_resources: usize,
+    /// How long the clients run (the fault schedule fits inside it).
+    pub duration: Duration,
+    /// Seeds the fault schedule and every client's operations.
+    pub seed: u64,
+    /// Shortest TTL a client asks for.
+    pub ttl_min: Duration,
+    /// Longest TTL a client asks for (bounds every key's life: the restart delay depends on it).
+    pub ttl_max: Duration,
+    /// Which faults the schedule may use.
+    pub faults: Vec<FaultKind>,
+    /// Per-node timeout of most clients: short, as the algorithm wants.
+    pub node_timeout: Duration,
+    /// Per-node timeout of every third client (ids 2, 5, ...): long enough that latency faults
+    /// produce grants with shrunken validity and `ValidityExpired` errors (row 7).
+    pub patient_node_timeout: Duration,
+    /// The clients' drift factor (the checker's S2 bound uses the same).
+    pub drift_factor: f64,
+    /// The clients' retry policy.
+    pub retry: Retry,
+}
+
+impl TortureConfig {
+    /// Defaults: 4 clients, 3 resources, 2 foreign resources, TTLs 50-200 ms, every fault,
+    /// node timeout 50 ms (100 ms for patient clients), drift factor 0.01, 3 fast retries.
+    pub fn new(nodes: usize, seed: u64, duration: Duration) -> TortureConfig {
+        TortureConfig {
+            nodes,
+            clients: 4,
+            resources: 3,
+            foreign_resources: 2,
+            duration,
+            seed,
+            ttl_min: Duration::from_millis(50),
+            ttl_max: Duration::from_millis(200),
+            faults: FaultKind::ALL.to_vec(),
+            node_timeout: Duration::from_millis(50),
+            patient_node_timeout: Duration::from_millis(100),
+            drift_factor: fredlock::config::DEFAULT_DRIFT_FACTOR,
+            retry: Retry {
+                attempts: 3,
+                delay: Duration::from_millis(5),
+                jitter: Duration::from_millis(10),
+            },
+        }
+    }
+
+    /// How long a killed node stays down: the maximum TTL plus [`RESTART_MARGIN`].
+    pub fn restart_delay(&self) -> Duration {
+        self.ttl_max + RESTART_MARGIN
+    }
+
+    /// The command that replays this run (same schedule and operation sequences).
+    pub fn replay_command(&self) -> String {
+        format!(
+            "cargo run --release --example torture -- --secs {} --seed {} --nodes {} --clients {} --resources {}",
+            self.duration.as_secs(),
+            self.seed,
+            self.nodes,
+            self.clients,
+            self.resources
+        )
+    }
+
+    /// Lanes of per-client network faults: one per 4 clients, at least 2 (each lane faults
+    /// one of its own clients at a time, or all of them for latency).
+    pub fn client_lanes(&self) -> usize {
+        (self.clients / 4).max(2).min(self.clients)
+    }
+
+    fn patient(&self, client: usize) -> bool {
+        client % 3 == 2
+    }
+
+    fn quorum(&self) -> usize {
+        self.nodes / 2 + 1
+    }
+}
+
+/// Runs the torture run described by `config` and checks it. Needs `redis-server` (see the
+/// [module docs](super)); runs best on a multi-threaded tokio runtime.
+///
+/// Cancellation: dropping the future stops the run; the nodes and proxies are killed as they
+/// are dropped.
+pub async fn run(config: TortureConfig) -> io::Result<Report> {
+    let wall = Instant::now();
+    let episodes = schedule(&config);
+    let nodes = LocalNodes::start(config.nodes).await?;
+    let data_node = LocalNodes::start(1).await?;
+    let checker = Arc::new(Checker::new(config.drift_factor));
+    let (env, redlocks) = Env::start(&config, nodes, checker.clone()).await?;
+
+    let start = Instant::now();
+    let stop_at = start + config.duration;
+    checker.event(format!(
+        "run starts: N={} K={} M={} seed {}, clients stop {:?} later",
+        config.nodes, config.clients, config.resources, config.seed, config.duration
+    ));
+    let lanes = spawn_lanes(&env, &episodes, start);
+    let workers = spawn_workers(&env, redlocks, &data_node.url(0), stop_at).await?;
+    // The scheduler probe: on a loaded machine every timer fires late by about this much.
+    let probe = tokio::spawn(timer_probe(stop_at));
+    tokio::time::sleep_until(stop_at).await;
+    checker.event("clients stop (each finishes its operation, then releases its stale locks)");
+    let timer_lateness = probe.await.unwrap_or_default();
+    let stats = join_workers(&checker, workers).await;
+    let faults = join_lanes(&checker, lanes).await;
+    // Everything passes again, every node runs (defensive: the lanes already restored them).
+    let all_clients: Vec<usize> = (0..config.clients).collect();
+    let all_nodes: Vec<usize> = (0..config.nodes).collect();
+    env.board.set(0, &all_clients, &all_nodes, Fault::Pass);
+    env.board.set(1, &all_clients, &all_nodes, Fault::Pass);
+
+    let leftover_keys = final_checks(&env).await;
+    // Writes of cancelled sections may still be on their way to the data node.
+    tokio::time::sleep(ms(200)).await;
+    let finals = read_finals(&env, &data_node.url(0)).await?;
+    let check = checker.finish(&finals);
+    env.observer.close().await;
+    Ok(Report {
+        fingerprint: fingerprint(&episodes),
+        episodes: episodes.len(),
+        config,
+        stats,
+        faults,
+        check,
+        wall: wall.elapsed(),
+        leftover_keys,
+        timer_lateness,
+    })
+}
+
+/// The worst wake-up delay of a task sleeping 5 ms at a time until `stop_at`: how late any
+/// timer of this process fired meanwhile.
+async fn timer_probe(stop_at: Instant) -> Duration {
+    let mut worst = Duration::ZERO;
+    while Instant::now() < stop_at {
+        let due = Instant::now() + ms(5);
+        tokio::time::sleep_until(due).await;
+        worst = worst.max(Instant::now().saturating_duration_since(due));
+    }
+    worst
+}

@@ -1,0 +1,353 @@
+//! The report of a run ([`Report`]) and the markdown of one or more runs and the negative
+//! controls.
+//!
+//! Owns presentation only: the table's rows (one group a function), the details under it, the
+//! controls' table and the replay commands. Must not compute anything a verdict depends on
+//! (the checker and the controls decide; this file prints what they found).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::controls::ControlResult;
+use super::{FaultKind, Stats, TortureConfig};
+use crate::checker::{CheckerReport, NoteKind, ViolationKind};
+
+/// Everything one run produced.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The run's configuration.
+    pub config: TortureConfig,
+    /// Counters.
+    pub stats: Stats,
+    /// Faults injected: count and total time held, by kind.
+    pub faults: BTreeMap<FaultKind, (u64, Duration)>,
+    /// Episodes in the schedule.
+    pub episodes: usize,
+    /// [`fingerprint`](super::fingerprint) of the schedule.
+    pub fingerprint: u64,
+    /// The checker's verdict.
+    pub check: CheckerReport,
+    /// Wall time of the whole run (set-up and checks included).
+    pub wall: Duration,
+    /// Lock keys left on the nodes right after the run (each checked to expire within the TTL).
+    pub leftover_keys: usize,
+    /// The worst wake-up delay of a probe task sleeping 5 ms at a time during the run: how late
+    /// ANY timer of this process could fire (the yardstick for the lost-signal lateness).
+    pub timer_lateness: Duration,
+}
+
+impl Report {
+    /// Violations found (any kind).
+    pub fn violations(&self) -> usize {
+        self.check.violations.len()
+    }
+}
+
+/// The runs' table: one row a measure, one cell a run.
+struct Table<'a> {
+    runs: &'a [Report],
+    rows: Vec<(String, Vec<String>)>,
+}
+
+impl Table<'_> {
+    fn row(&mut self, name: &str, f: &dyn Fn(&Report) -> String) {
+        self.rows
+            .push((name.to_string(), self.runs.iter().map(f).collect()));
+    }
+}
+
+/// The report of one or more runs and the controls, as markdown: one column per run.
+pub fn markdown(runs: &[Report], controls: &[ControlResult]) -> String {
+    let mut out = String::new();
+    if !runs.is_empty() {
+        let mut table = Table {
+            runs,
+            rows: Vec::new(),
+        };
+        setup_rows(&mut table);
+        outcome_rows(&mut table);
+        section_rows(&mut table);
+        probe_rows(&mut table);
+        fault_and_violation_rows(&mut table);
+        timing_and_note_rows(&mut table);
+        write_table(&mut out, table);
+        write_details(&mut out, runs);
+    }
+    if !controls.is_empty() {
+        write_controls(&mut out, controls);
+    }
+    if !runs.is_empty() {
+        write_replay(&mut out, runs);
+    }
+    out
+}
+
+/// What ran: the run's shape, seed, schedule and timeouts.
+fn setup_rows(t: &mut Table) {
+    t.row("nodes N / clients K / resources M (+ foreign)", &|r| {
+        format!(
+            "{} / {} / {} (+{})",
+            r.config.nodes, r.config.clients, r.config.resources, r.config.foreign_resources
+        )
+    });
+    t.row("duration (run / wall incl. set-up and checks)", &|r| {
+        format!(
+            "{:.0} s / {:.1} s",
+            r.config.duration.as_secs_f64(),
+            r.wall.as_secs_f64()
+        )
+    });
+    t.row("seed", &|r| r.config.seed.to_string());
+    t.row("schedule: episodes / fingerprint", &|r| {
+        format!("{} / {:016x}", r.episodes, r.fingerprint)
+    });
+    t.row("TTL range / node timeout (patient)", &|r| {
+        format!(
+            "{}-{} ms / {} ms ({} ms)",
+            r.config.ttl_min.as_millis(),
+            r.config.ttl_max.as_millis(),
+            r.config.node_timeout.as_millis(),
+            r.config.patient_node_timeout.as_millis()
+        )
+    });
+}
+
+/// What the acquisitions got.
+fn outcome_rows(t: &mut Table) {
+    t.row("acquisitions attempted", &|r| r.stats.attempted.to_string());
+    t.row("granted", &|r| r.stats.granted.to_string());
+    t.row("failed: Contended", &|r| r.stats.contended.to_string());
+    t.row("failed: Unavailable", &|r| r.stats.unavailable.to_string());
+    t.row("failed: ValidityExpired", &|r| {
+        r.stats.validity_expired.to_string()
+    });
+    t.row("granted, then Lost (keep-alive / with_lock)", &|r| {
+        r.stats.lost.to_string()
+    });
+    t.row("failed: other", &|r| r.stats.other.to_string());
+}
+
+/// What was done under the locks: windows, writes, extends, releases, stale locks.
+fn section_rows(t: &mut Table) {
+    t.row("windows checked (grant x resource)", &|r| {
+        r.check.windows.to_string()
+    });
+    t.row("critical sections verified (>= 1 write in window)", &|r| {
+        r.check.verified_sections.to_string()
+    });
+    t.row(
+        "counter writes completed / uncertain / skipped by guard",
+        &|r| {
+            format!(
+                "{} / {} / {}",
+                r.check.writes_completed, r.check.writes_uncertain, r.stats.writes_skipped
+            )
+        },
+    );
+    t.row("extends ok / attempted (live locks)", &|r| {
+        format!("{} / {}", r.stats.extends_ok, r.stats.extends)
+    });
+    t.row("releases ok / not held / failed", &|r| {
+        format!(
+            "{} / {} / {}",
+            r.stats.releases_ok, r.stats.releases_not_held, r.stats.releases_failed
+        )
+    });
+    t.row("stale extends / stale releases (with a new holder)", &|r| {
+        format!(
+            "{} / {} ({})",
+            r.stats.stale_extends,
+            r.stats.stale_releases + r.stats.stale_releases_with_holder,
+            r.stats.stale_releases_with_holder
+        )
+    });
+}
+
+/// The probes, the checks run, and the data node's health.
+fn probe_rows(t: &mut Table) {
+    t.row("takeover / revival probes", &|r| {
+        format!("{} / {}", r.stats.takeovers, r.stats.revivals)
+    });
+    t.row("foreign-resource attempts", &|r| {
+        r.stats.foreign_attempts.to_string()
+    });
+    t.row("quorum inspections after grant", &|r| {
+        r.stats.quorum_checks.to_string()
+    });
+    t.row("S6 clean-up probes: cancelled / failed / released", &|r| {
+        let p = r.stats.cleanup_probes;
+        format!("{} / {} / {}", p[0], p[1], p[2])
+    });
+    t.row("checks run", &|r| {
+        r.check
+            .checks
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    });
+    t.row("data-node errors", &|r| r.stats.data_errors.to_string());
+}
+
+/// The faults injected and the violations found, by kind.
+fn fault_and_violation_rows(t: &mut Table) {
+    for kind in FaultKind::ALL {
+        t.row(
+            &format!("fault row {}: {}", kind.row(), kind.describe()),
+            &move |r| match r.faults.get(&kind) {
+                Some((n, d)) => format!("{n} / {:.1} s", d.as_secs_f64()),
+                None => "0".to_string(),
+            },
+        );
+    }
+    for kind in ViolationKind::ALL {
+        t.row(&format!("violations {}", kind.describe()), &move |r| {
+            r.check.count(kind).to_string()
+        });
+    }
+    t.row("**violations total**", &|r| {
+        format!("**{}**", r.violations())
+    });
+}
+
+/// Margins, lags and lateness; the notes by kind; the keys left at the end.
+fn timing_and_note_rows(t: &mut Table) {
+    t.row("smallest safety margin", &|r| {
+        r.check
+            .min_margin
+            .as_ref()
+            .map_or("-".to_string(), |m| m.to_string())
+    });
+    t.row("max extend start lag / max lost-signal lateness", &|r| {
+        format!(
+            "{} / {}",
+            r.check
+                .max_extend_lag
+                .map_or("-".into(), |d| format!("{:.3} ms", d.as_secs_f64() * 1e3)),
+            r.check
+                .max_lost_lateness
+                .map_or("-".into(), |d| format!("{:.3} ms", d.as_secs_f64() * 1e3))
+        )
+    });
+    t.row("max timer lateness (5 ms scheduler probe)", &|r| {
+        format!("{:.3} ms", r.timer_lateness.as_secs_f64() * 1e3)
+    });
+    for kind in [
+        NoteKind::LateWrite,
+        NoteKind::LostUpdateOutsideAssumptions,
+        NoteKind::GrantReturnedExpired,
+        NoteKind::LostSignalLate,
+        NoteKind::UnclosedWindow,
+    ] {
+        t.row(
+            &format!("note (not a violation): {}", kind.describe()),
+            &move |r| r.check.note_count(kind).to_string(),
+        );
+    }
+    t.row(
+        "lock keys left at the end (all expiring within TTL)",
+        &|r| r.leftover_keys.to_string(),
+    );
+}
+
+/// The table itself, one column per run.
+fn write_table(out: &mut String, table: Table) {
+    let runs = table.runs;
+    let _ = write!(out, "| |");
+    for r in runs {
+        let _ = write!(out, " N={} |", r.config.nodes);
+    }
+    let _ = write!(out, "\n|---|");
+    for _ in runs {
+        let _ = write!(out, "---|");
+    }
+    out.push('\n');
+    for (name, cells) in table.rows {
+        let _ = writeln!(out, "| {name} | {} |", cells.join(" | "));
+    }
+}
+
+/// Under the table: each run's first violations, first notes and other errors.
+fn write_details(out: &mut String, runs: &[Report]) {
+    for r in runs {
+        if !r.check.violations.is_empty() {
+            let _ = writeln!(out, "\nFirst violations (N={}):", r.config.nodes);
+            for v in r.check.violations.iter().take(5) {
+                let _ = writeln!(
+                    out,
+                    "- {} at +{:.3}s: {}",
+                    v.kind,
+                    v.at.as_secs_f64(),
+                    v.detail
+                );
+            }
+        }
+        let interesting: Vec<_> = r
+            .check
+            .notes
+            .iter()
+            .filter(|n| n.kind != NoteKind::GrantReturnedExpired)
+            .take(3)
+            .collect();
+        if !interesting.is_empty() {
+            let _ = writeln!(out, "\nFirst notes (N={}, not violations):", r.config.nodes);
+            for n in interesting {
+                let _ = writeln!(out, "- {}: {}", n.kind.describe(), n.detail);
+            }
+        }
+        if !r.stats.other_errors.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nOther errors (N={}): {:?}",
+                r.config.nodes, r.stats.other_errors
+            );
+        }
+    }
+}
+
+/// The negative controls' table.
+fn write_controls(out: &mut String, controls: &[ControlResult]) {
+    let _ = writeln!(
+        out,
+        "\n| negative control | row | expected | got | kinds | result |\n|---|---|---|---|---|---|"
+    );
+    for c in controls {
+        let kinds: Vec<&str> = c.kinds.iter().map(|k| k.describe()).collect();
+        let _ = writeln!(
+            out,
+            "| {} ({}) | {} | {} | {} | {} | {} |",
+            c.name,
+            c.detail,
+            c.row,
+            if c.expect_violation {
+                ">= 1 overlap"
+            } else {
+                "0"
+            },
+            c.violations,
+            if kinds.is_empty() {
+                "-".to_string()
+            } else {
+                kinds.join(", ")
+            },
+            if c.pass { "PASS" } else { "**FAIL**" }
+        );
+    }
+}
+
+/// How to replay each run.
+fn write_replay(out: &mut String, runs: &[Report]) {
+    let _ = writeln!(
+        out,
+        "\nReplay (same fault schedule and per-client operation sequences; timing-dependent interleavings differ):"
+    );
+    for r in runs {
+        let _ = writeln!(
+            out,
+            "- N={}: `{}`",
+            r.config.nodes,
+            r.config.replay_command()
+        );
+    }
+}

@@ -1,0 +1,448 @@
+//! The fault schedule: which faults a run injects, on which nodes and clients, when and for how
+//! long, all drawn before anything runs from the seed alone; plus the seeded random helpers the
+//! rest of the run draws with.
+//!
+//! Owns the fault kinds, the episodes and their generation (assumption A is kept here: one node
+//! fault at a time, on a minority except the majority rows, restarts delayed past the max TTL).
+//! Must not apply a fault (that is `faults.rs`) nor depend on anything that happens at run
+//! time: a seed must replay the same schedule.
+
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+use super::{TortureConfig, RESET_HOLD, RESTART_MARGIN};
+use crate::Fault;
+
+/// The faults of the schedule, by fault-matrix row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FaultKind {
+    /// Row 2: kill -9 a minority, restart it (empty) only after the max TTL + margin.
+    KillMinority,
+    /// Row 2 (network form): every client cut from a minority (blackhole, reset, pass).
+    PartitionMinority,
+    /// Row 3: every client cut from a majority; no grant may happen meanwhile.
+    PartitionMajority,
+    /// Row 3: kill -9 a majority, delayed restart; no grant may happen meanwhile.
+    KillMajority,
+    /// Row 4: SIGSTOP a minority, then SIGCONT.
+    PauseMinority,
+    /// Row 5: SIGSTOP a majority for longer than the max TTL; no grant meanwhile.
+    PauseMajority,
+    /// Row 6: one client's proxies hold replies for longer than the max TTL, then deliver.
+    HoldReplies,
+    /// Row 7: 0.3-1.1 x TTL of reply latency on some nodes for some clients.
+    Latency,
+    /// Row 8: requests delivered, replies dropped; then reset, then pass.
+    DropReplies,
+    /// Row 9: connections reset (mid-command) for a while.
+    Reset,
+    /// Row 15: SCRIPT FLUSH on a node (restarts are row 2's delayed restarts).
+    ScriptFlush,
+}
+
+impl FaultKind {
+    /// Every fault.
+    pub const ALL: [FaultKind; 11] = [
+        FaultKind::KillMinority,
+        FaultKind::PartitionMinority,
+        FaultKind::PartitionMajority,
+        FaultKind::KillMajority,
+        FaultKind::PauseMinority,
+        FaultKind::PauseMajority,
+        FaultKind::HoldReplies,
+        FaultKind::Latency,
+        FaultKind::DropReplies,
+        FaultKind::Reset,
+        FaultKind::ScriptFlush,
+    ];
+
+    /// The fault-matrix row.
+    pub fn row(self) -> &'static str {
+        match self {
+            FaultKind::KillMinority | FaultKind::PartitionMinority => "2",
+            FaultKind::PartitionMajority | FaultKind::KillMajority => "3",
+            FaultKind::PauseMinority => "4",
+            FaultKind::PauseMajority => "5",
+            FaultKind::HoldReplies => "6",
+            FaultKind::Latency => "7",
+            FaultKind::DropReplies => "8",
+            FaultKind::Reset => "9",
+            FaultKind::ScriptFlush => "15",
+        }
+    }
+
+    /// A short description.
+    pub fn describe(self) -> &'static str {
+        match self {
+            FaultKind::KillMinority => "kill -9 minority, delayed restart",
+            FaultKind::PartitionMinority => "partition minority (all clients)",
+            FaultKind::PartitionMajority => "partition majority (all clients)",
+            FaultKind::KillMajority => "kill -9 majority, delayed restart",
+            FaultKind::PauseMinority => "SIGSTOP minority",
+            FaultKind::PauseMajority => "SIGSTOP majority > max TTL",
+            FaultKind::HoldReplies => "hold replies > max TTL (1 client)",
+            FaultKind::Latency => "latency 0.3-1.1 x TTL",
+            FaultKind::DropReplies => "drop replies, then reset",
+            FaultKind::Reset => "TCP reset mid-command",
+            FaultKind::ScriptFlush => "SCRIPT FLUSH",
+        }
+    }
+
+    /// Node faults (lane 0) versus per-client network faults (lanes 1, 2).
+    fn node_level(self) -> bool {
+        !matches!(
+            self,
+            FaultKind::HoldReplies | FaultKind::Latency | FaultKind::DropReplies | FaultKind::Reset
+        )
+    }
+
+    /// Faults that take a majority (everything is unavailable meanwhile).
+    pub(super) fn majority(self) -> bool {
+        matches!(
+            self,
+            FaultKind::PartitionMajority | FaultKind::KillMajority | FaultKind::PauseMajority
+        )
+    }
+
+    /// Relative frequency in the schedule.
+    fn weight(self) -> u32 {
+        match self {
+            FaultKind::KillMinority | FaultKind::PauseMinority => 3,
+            FaultKind::PartitionMinority | FaultKind::ScriptFlush => 2,
+            FaultKind::PartitionMajority | FaultKind::KillMajority | FaultKind::PauseMajority => 1,
+            FaultKind::Latency | FaultKind::Reset => 3,
+            FaultKind::HoldReplies | FaultKind::DropReplies => 2,
+        }
+    }
+
+    /// Time the episode occupies after its nominal duration (the reset before passing again).
+    fn tail(self) -> Duration {
+        match self {
+            FaultKind::PartitionMinority
+            | FaultKind::PartitionMajority
+            | FaultKind::DropReplies => RESET_HOLD,
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// One fault episode of the schedule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Episode {
+    /// 0: node faults; 1 and up: per-client network faults (see
+    /// [`TortureConfig::client_lanes`]).
+    pub lane: usize,
+    /// Offset from the start of the run.
+    pub start: Duration,
+    /// How long the fault is held (a kill: how long the node stays down).
+    pub duration: Duration,
+    /// The fault.
+    pub kind: FaultKind,
+    /// The nodes it hits.
+    pub nodes: Vec<usize>,
+    /// The clients whose proxies it hits (empty for node faults).
+    pub clients: Vec<usize>,
+    /// The proxy fault, for per-client network faults.
+    pub fault: Option<Fault>,
+}
+
+/// The random stream `tag` of a run: N = 3 and N = 5 runs of one seed get different streams.
+pub(super) fn stream(config: &TortureConfig, tag: u64) -> u64 {
+    mix(config.seed, tag ^ ((config.nodes as u64) << 40))
+}
+
+/// splitmix64: independent streams from one seed.
+pub(super) fn mix(seed: u64, stream: u64) -> u64 {
+    let mut z = seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+pub(super) fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+pub(super) fn rand_dur(rng: &mut StdRng, lo: Duration, hi: Duration) -> Duration {
+    let (lo, hi) = (lo.as_micros() as u64, hi.max(lo).as_micros() as u64);
+    Duration::from_micros(rng.random_range(lo..=hi))
+}
+
+pub(super) fn pick_weighted<T: Copy>(rng: &mut StdRng, items: &[(T, u32)]) -> T {
+    let total: u32 = items.iter().map(|i| i.1).sum();
+    let mut x = rng.random_range(0..total);
+    for &(item, w) in items {
+        if x < w {
+            return item;
+        }
+        x -= w;
+    }
+    items[items.len() - 1].0
+}
+
+/// `k` distinct nodes of `0..n`, sorted.
+fn pick_nodes(rng: &mut StdRng, n: usize, k: usize) -> Vec<usize> {
+    let mut all: Vec<usize> = (0..n).collect();
+    all.shuffle(rng);
+    all.truncate(k);
+    all.sort_unstable();
+    all
+}
+
+/// Every lane picks kinds this way: first every kind it has once, in a seeded order, then by
+/// weight.
+fn deck(rng: &mut StdRng, kinds: &[(FaultKind, u32)]) -> Vec<FaultKind> {
+    let mut d: Vec<FaultKind> = kinds.iter().map(|k| k.0).collect();
+    d.shuffle(rng);
+    d
+}
+
+/// The fault schedule of a run, generated from its seed alone (the same config gives the same
+/// schedule). Every episode ends before `duration`.
+pub fn schedule(config: &TortureConfig) -> Vec<Episode> {
+    let mut rng = StdRng::seed_from_u64(stream(config, 1));
+    let n = config.nodes;
+    let plan = Plan {
+        config,
+        n,
+        minority: (n.saturating_sub(1)) / 2,
+        quorum: config.quorum(),
+        end: config.duration.saturating_sub(ms(200)),
+        unit: config.ttl_max,
+    };
+    let mut out = Vec::new();
+    // Lane 0: node faults, one at a time.
+    plan.node_lane(&mut rng, &mut out);
+    // Lanes 1.. : per-client network faults, each lane on its own clients.
+    plan.client_lanes(&mut rng, &mut out);
+    out
+}
+
+/// What the lanes of one schedule draw from.
+struct Plan<'a> {
+    config: &'a TortureConfig,
+    n: usize,
+    minority: usize,
+    quorum: usize,
+    /// Every episode ends before this.
+    end: Duration,
+    /// Every length is a multiple of the longest TTL: long enough for a fault to catch holders
+    /// (and its minimum, where a row needs one, is set by the TTL), no longer than that, so the
+    /// run spends its time on many episodes rather than on a few long ones.
+    unit: Duration,
+}
+
+/// One episode's draws, before its lane places it in time.
+struct Draft {
+    duration: Duration,
+    nodes: Vec<usize>,
+    clients: Vec<usize>,
+    fault: Option<Fault>,
+}
+
+impl Plan<'_> {
+    /// The configured kinds of one level, with their weights.
+    fn weighted(&self, node_level: bool) -> Vec<(FaultKind, u32)> {
+        FaultKind::ALL
+            .iter()
+            .filter(|k| self.config.faults.contains(k) && k.node_level() == node_level)
+            .filter(|k| self.minority > 0 || k.majority() || !k.node_level())
+            .map(|&k| (k, k.weight()))
+            .collect()
+    }
+
+    fn long(&self, rng: &mut StdRng, min: Duration) -> Duration {
+        rand_dur(rng, min, min + self.unit / 2)
+    }
+
+    fn short(&self, rng: &mut StdRng) -> Duration {
+        rand_dur(rng, ms(50), ms(50).max(self.unit * 2))
+    }
+
+    fn gap(&self, rng: &mut StdRng) -> Duration {
+        rand_dur(rng, self.unit / 8, self.unit * 5 / 4)
+    }
+
+    /// Lane 0: node faults, one at a time.
+    fn node_lane(&self, rng: &mut StdRng, out: &mut Vec<Episode>) {
+        let kinds = self.weighted(true);
+        if !kinds.is_empty() {
+            self.fill_lane(rng, 0, &kinds, out, |rng, kind| {
+                self.node_episode(rng, kind)
+            });
+        }
+    }
+
+    fn node_episode(&self, rng: &mut StdRng, kind: FaultKind) -> Draft {
+        let count = if kind.majority() {
+            rng.random_range(self.quorum..=self.n)
+        } else if kind == FaultKind::ScriptFlush {
+            1
+        } else {
+            rng.random_range(1..=self.minority.max(1))
+        };
+        let nodes = pick_nodes(rng, self.n, count);
+        let duration = match kind {
+            // Down for longer than any key lives: the restart is safe (row 2).
+            FaultKind::KillMinority | FaultKind::KillMajority => {
+                self.long(rng, self.config.restart_delay())
+            }
+            FaultKind::PauseMajority => self.long(rng, self.config.ttl_max + RESTART_MARGIN),
+            FaultKind::ScriptFlush => Duration::ZERO,
+            _ => self.short(rng),
+        };
+        Draft {
+            duration,
+            nodes,
+            clients: Vec::new(),
+            fault: None,
+        }
+    }
+
+    /// Lanes 1.. : per-client network faults, each lane on its own clients.
+    fn client_lanes(&self, rng: &mut StdRng, out: &mut Vec<Episode>) {
+        let kinds = self.weighted(false);
+        let lanes = self.config.client_lanes();
+        for lane in 0..lanes {
+            if kinds.is_empty() {
+                break;
+            }
+            let mine: Vec<usize> = (0..self.config.clients)
+                .filter(|c| c % lanes == lane)
+                .collect();
+            self.fill_lane(rng, lane + 1, &kinds, out, |rng, kind| {
+                self.client_episode(rng, kind, &mine)
+            });
+        }
+    }
+
+    fn client_episode(&self, rng: &mut StdRng, kind: FaultKind, mine: &[usize]) -> Draft {
+        let everyone = rng.random_bool(0.3);
+        let one = mine[rng.random_range(0..mine.len())];
+        let clients = if kind == FaultKind::Latency && everyone {
+            mine.to_vec()
+        } else {
+            vec![one]
+        };
+        let count = rng.random_range(1..=self.n);
+        let nodes = pick_nodes(rng, self.n, count);
+        let ttl = rand_dur(rng, self.config.ttl_min, self.config.ttl_max);
+        let factor = rng.random_range(0.3..=1.1);
+        let (duration, fault) = match kind {
+            FaultKind::HoldReplies => (
+                self.long(rng, self.config.ttl_max + ms(50)),
+                Fault::HoldReplies,
+            ),
+            FaultKind::Latency => (self.short(rng), Fault::Latency(ttl.mul_f64(factor))),
+            FaultKind::DropReplies => (self.short(rng), Fault::DropReplies),
+            _ => (
+                rand_dur(rng, ms(50), ms(50).max(self.unit * 3 / 8)),
+                Fault::Reset,
+            ),
+        };
+        Draft {
+            duration,
+            nodes,
+            clients,
+            fault: Some(fault),
+        }
+    }
+
+    /// Places one lane's episodes one after another, each followed by a gap, until eight in a
+    /// row no longer fit before the end. Each lane first deals every kind it has once, in a
+    /// seeded order, then picks by weight: even a short run covers every row.
+    fn fill_lane(
+        &self,
+        rng: &mut StdRng,
+        lane: usize,
+        kinds: &[(FaultKind, u32)],
+        out: &mut Vec<Episode>,
+        mut draw: impl FnMut(&mut StdRng, FaultKind) -> Draft,
+    ) {
+        let mut t = self.gap(rng);
+        let mut misses = 0;
+        let mut dealt = deck(rng, kinds);
+        while misses < 8 {
+            let kind = match dealt.pop() {
+                Some(k) => k,
+                None => pick_weighted(rng, kinds),
+            };
+            let draft = draw(rng, kind);
+            let busy = draft.duration + kind.tail();
+            let gap = self.gap(rng);
+            if t + busy > self.end {
+                misses += 1;
+                continue;
+            }
+            out.push(Episode {
+                lane,
+                start: t,
+                duration: draft.duration,
+                kind,
+                nodes: draft.nodes,
+                clients: draft.clients,
+                fault: draft.fault,
+            });
+            t += busy + gap;
+        }
+    }
+}
+
+/// FNV-1a of the schedule's debug form: two runs with the same fingerprint ran the same faults.
+pub fn fingerprint(episodes: &[Episode]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in format!("{episodes:?}").bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// A fresh random seed (printed by the callers, so the run can be replayed).
+pub fn random_seed() -> u64 {
+    rand::random::<u64>() >> 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schedule_replays_from_the_seed_and_keeps_assumption_a() {
+        for nodes in [3, 5] {
+            let config = TortureConfig::new(nodes, 42, Duration::from_secs(60));
+            let a = schedule(&config);
+            assert_eq!(a, schedule(&config), "same seed, same schedule");
+            let other = schedule(&TortureConfig::new(nodes, 43, Duration::from_secs(60)));
+            assert_ne!(fingerprint(&a), fingerprint(&other));
+            assert!(a.len() > 20, "only {} episodes", a.len());
+            let mut last_end = Duration::ZERO;
+            for e in a.iter().filter(|e| e.lane == 0) {
+                // One node fault at a time, on a minority unless it is a majority episode.
+                assert!(
+                    e.start >= last_end,
+                    "{e:?} overlaps the previous node fault"
+                );
+                last_end = e.start + e.duration + e.kind.tail();
+                let minority = e.nodes.len() <= (nodes - 1) / 2;
+                assert_eq!(!minority, e.kind.majority(), "{e:?}");
+                if matches!(e.kind, FaultKind::KillMinority | FaultKind::KillMajority) {
+                    assert!(e.duration >= config.restart_delay(), "{e:?}");
+                }
+            }
+            for e in &a {
+                assert!(e.start + e.duration + e.kind.tail() <= config.duration);
+                if e.kind == FaultKind::HoldReplies {
+                    assert!(e.duration > config.ttl_max);
+                }
+            }
+            for kind in FaultKind::ALL {
+                assert!(a.iter().any(|e| e.kind == kind), "no {kind:?} in 60 s");
+            }
+        }
+    }
+}
