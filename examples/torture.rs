@@ -7,7 +7,9 @@
 //! cargo run --release --example torture -- --secs 60 --nodes 5 --clients 6 --resources 2
 //! ```
 //!
-//! Without `--nodes`, the time is split between a run on 3 nodes and one on 5. Without
+//! Without `--nodes`, the time is split between runs on 3 nodes and on 5; without `--mode`,
+//! each N runs once without and once with fencing (durable nodes, fenced locks and registers);
+//! semaphore permits are part of every run. Without
 //! `--clients`/`--resources`, 32 clients share 24 resources (about 10,000 checked grants a
 //! minute on 2 cores); `--profile` prints where the clients' time went. Without
 //! `--seed`, a random seed is drawn and printed. A seed replays the same fault schedule and the
@@ -33,10 +35,12 @@ struct Args {
     resources: Option<usize>,
     /// Print where the clients' time went, by operation kind.
     profile: bool,
+    /// Which modes run: without fencing, with fencing (durable nodes), or both.
+    modes: Vec<bool>,
 }
 
 const USAGE: &str =
-    "usage: torture [--secs N] [--seed S] [--nodes 3|5] [--clients K] [--resources M] [--profile]";
+    "usage: torture [--secs N] [--seed S] [--nodes 3|5] [--clients K] [--resources M] [--mode both|plain|fencing] [--profile]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -46,6 +50,7 @@ fn parse_args() -> Result<Args, String> {
         clients: None,
         resources: None,
         profile: false,
+        modes: vec![false, true],
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -85,6 +90,18 @@ fn parse_args() -> Result<Args, String> {
             }
             "--clients" => args.clients = Some((number("--clients")? as usize).max(1)),
             "--resources" => args.resources = Some((number("--resources")? as usize).max(1)),
+            "--mode" => {
+                args.modes = match value.as_str() {
+                    "both" => vec![false, true],
+                    "plain" => vec![false],
+                    "fencing" => vec![true],
+                    other => {
+                        return Err(format!(
+                            "--mode must be both, plain or fencing, not {other:?}"
+                        ))
+                    }
+                }
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -111,19 +128,24 @@ async fn main() -> ExitCode {
         Some(n) => vec![n],
         None => vec![3, 5],
     };
-    let per_run = Duration::from_secs(args.secs / node_counts.len() as u64);
+    let runs: Vec<(usize, bool)> = node_counts
+        .iter()
+        .flat_map(|&n| args.modes.iter().map(move |&f| (n, f)))
+        .collect();
+    let per_run = Duration::from_secs(args.secs / runs.len() as u64);
     println!(
-        "torture: seed {seed}, {} s per run, N = {node_counts:?} (replay all: `cargo run --release --example torture -- --secs {} --seed {seed}`)",
+        "torture: seed {seed}, {} s per run, runs (N, fencing) = {runs:?} (replay all: `cargo run --release --example torture -- --secs {} --seed {seed}`)",
         per_run.as_secs(),
         args.secs
     );
     let mut reports = Vec::new();
-    for n in node_counts {
+    for (n, fencing) in runs {
         let mut config = TortureConfig::new(n, seed, per_run);
+        config.fencing = fencing;
         config.clients = args.clients.unwrap_or(LONG_RUN_CLIENTS);
         config.resources = args.resources.unwrap_or(LONG_RUN_RESOURCES);
         eprintln!(
-            "torture: N={n}, K={}, M={}, {} s ...",
+            "torture: N={n}, fencing {fencing}, K={}, M={}, {} s ...",
             config.clients,
             config.resources,
             per_run.as_secs()
@@ -131,7 +153,7 @@ async fn main() -> ExitCode {
         match torture::run(config).await {
             Ok(report) => {
                 eprintln!(
-                    "torture: N={n}: {} grants, {} violations",
+                    "torture: N={n}, fencing {fencing}: {} grants, {} violations",
                     report.stats.granted,
                     report.violations()
                 );

@@ -1,4 +1,5 @@
-//! A short torture run (N = 3 and N = 5, 25 s each, every fault of rows 1-9, 13-15) must find
+//! A short torture run (N = 3 and N = 5, each 13 s without and 13 s with fencing; semaphore
+//! permits in every run; every fault of rows 1-9, 13-15) must find
 //! no violation within Redlock's assumptions, and every negative control must find the
 //! violation planted in it (the delayed-restart control none). The table is printed (see it with
 //! `--nocapture`). The seed is fixed; `FREDLOCK_TORTURE_SEED` overrides it, and a failing seed
@@ -10,7 +11,8 @@ use std::time::{Duration, Instant};
 use fredlock_testkit::torture::{self, FaultKind, TortureConfig};
 
 const DEFAULT_SEED: u64 = 0x5EED_2024;
-const RUN: Duration = Duration::from_secs(25);
+/// Each N runs once without and once with fencing (durable nodes, fenced locks and registers).
+const RUN: Duration = Duration::from_secs(13);
 
 /// The two tests each start several redis-servers and load both cores: run them one at a time
 /// (a starved machine would only test the scheduler).
@@ -40,10 +42,14 @@ fn torture_finds_no_violation_within_the_assumptions() {
     let reports = runtime().block_on(async {
         let mut reports = Vec::new();
         for n in [3, 5] {
-            let report = torture::run(TortureConfig::new(n, seed, RUN))
-                .await
-                .expect("set up the torture run (is redis-server installed?)");
-            reports.push(report);
+            for fencing in [false, true] {
+                let mut config = TortureConfig::new(n, seed, RUN);
+                config.fencing = fencing;
+                let report = torture::run(config)
+                    .await
+                    .expect("set up the torture run (is redis-server installed?)");
+                reports.push(report);
+            }
         }
         reports
     });
@@ -83,6 +89,19 @@ fn torture_finds_no_violation_within_the_assumptions() {
             r.stats.data_errors, 0,
             "N={n}: the data node is never faulted"
         );
+        // The semaphore mode ran, and in fencing mode the fenced register was written.
+        assert!(
+            r.stats.permits >= 10,
+            "N={n}: only {} permits",
+            r.stats.permits
+        );
+        if r.config.fencing {
+            assert!(
+                r.stats.fenced_accepted >= 10,
+                "N={n}: only {} fenced writes accepted",
+                r.stats.fenced_accepted
+            );
+        }
     }
 }
 
@@ -91,7 +110,7 @@ fn negative_controls_detect_the_planted_violations() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let controls = runtime().block_on(torture::negative_controls());
     println!("{}", torture::markdown(&[], &controls));
-    assert_eq!(controls.len(), 3);
+    assert_eq!(controls.len(), 9);
     for c in &controls {
         assert!(
             c.pass,

@@ -46,6 +46,7 @@ use tokio::time::Instant;
 
 mod counter;
 mod inspections;
+mod modes;
 mod record;
 #[cfg(test)]
 mod test_support;
@@ -104,6 +105,12 @@ struct State {
     max_extend_lag: Option<Duration>,
     max_lost_lateness: Option<Duration>,
     events: Vec<(Instant, String)>,
+    /// Semaphore mode: grants that are permits, with their semaphore's name and permits.
+    permits: Vec<(GrantId, String, usize)>,
+    /// Fencing mode: each fenced grant's token per resource.
+    fenced: Vec<(GrantId, String, u64)>,
+    /// Fencing mode: each fenced register's accepted tokens, in the order it accepted them.
+    registers: Vec<(String, Vec<u64>)>,
 }
 
 /// What the checks of [`Checker::finish`] found: recorded (in this order) once they all ran.
@@ -241,6 +248,8 @@ impl Checker {
         self.check_outages(&s, &mut found);
         // (c) The lost-update counter.
         let counter = self.check_counter(&s, final_values, &mut found);
+        // Semaphore and fencing modes.
+        self.check_modes(&s, &mut found);
         *s.checks.entry("(c) counter writes").or_default() += s.writes.len() as u64;
         *s.checks.entry("(a) windows").or_default() += windows as u64;
         for (kind, detail) in found.violations {

@@ -2,8 +2,8 @@
 //! a counter value hold, and what [`finish`](super::Checker::finish) returns.
 //!
 //! Owns plain data types and their formatting only. Must not record or decide anything: the
-//! recording API is in `record.rs` and `inspections.rs`, the invariants in `windows.rs` and
-//! `counter.rs`.
+//! recording API is in `record.rs`, `inspections.rs` and `modes.rs`, the invariants in
+//! `windows.rs`, `counter.rs` and `modes.rs`.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -48,6 +48,13 @@ pub enum ViolationKind {
     KeyBeyondTtl,
     /// S6: a failed, cancelled or released attempt left its key on a node it could reach.
     LeftKey,
+    /// Semaphore mode: more permit windows of one semaphore overlapped than it has permits.
+    OverPermits,
+    /// Fencing mode: a grant that began after another was returned got a token that is not
+    /// larger, or two grants of one resource got the same token.
+    FencingOrder,
+    /// Fencing mode: the fenced register accepted a token not larger than the one before.
+    RegisterRegression,
     /// Row 9: a client task panicked (the library must return errors, never panic).
     Panic,
     /// The engine could not keep the run's set-up (a node did not restart, keys could not be
@@ -57,7 +64,7 @@ pub enum ViolationKind {
 
 impl ViolationKind {
     /// Every kind, in report order.
-    pub const ALL: [ViolationKind; 15] = [
+    pub const ALL: [ViolationKind; 18] = [
         ViolationKind::Overlap,
         ViolationKind::Deadline,
         ViolationKind::LostUpdate,
@@ -71,6 +78,9 @@ impl ViolationKind {
         ViolationKind::DuplicateToken,
         ViolationKind::KeyBeyondTtl,
         ViolationKind::LeftKey,
+        ViolationKind::OverPermits,
+        ViolationKind::FencingOrder,
+        ViolationKind::RegisterRegression,
         ViolationKind::Panic,
         ViolationKind::Engine,
     ];
@@ -91,6 +101,9 @@ impl ViolationKind {
             ViolationKind::DuplicateToken => "S7 duplicate token",
             ViolationKind::KeyBeyondTtl => "S6 key left beyond its TTL",
             ViolationKind::LeftKey => "S6 failed/cancelled attempt left a key",
+            ViolationKind::OverPermits => "semaphore: more holders than permits",
+            ViolationKind::FencingOrder => "fencing: token not above an earlier grant's",
+            ViolationKind::RegisterRegression => "fencing: register accepted a lower token",
             ViolationKind::Panic => "row 9 client task panicked",
             ViolationKind::Engine => "engine failure (run invalid)",
         }
@@ -176,6 +189,10 @@ pub enum GrantKind {
     Reacquire,
     /// A lock of a deterministic negative-control scenario.
     Control,
+    /// A semaphore permit (its resource is the permit's slot).
+    Permit,
+    /// A lock with fencing tokens, whose holder writes to a fenced register.
+    Fenced,
 }
 
 /// Everything about one grant, for [`Checker::record_grant`](super::Checker::record_grant).

@@ -13,11 +13,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fredlock::fred::clients::Client;
-use fredlock::fred::prelude::{ClientLike, Config, KeysInterface, ReconnectPolicy};
+use fredlock::fred::prelude::{ClientLike, Config, KeysInterface, LuaInterface, ReconnectPolicy};
 use fredlock::{Redlock, Retry};
 use tokio::sync::RwLock;
 
 use super::faults::Board;
+use super::worker::{fenced_resource, register_keys, FENCED_RESOURCES};
 use super::{TortureConfig, FOREIGN_VALUE};
 use crate::checker::{Checker, ViolationKind};
 use crate::{FaultProxy, LocalNodes};
@@ -49,7 +50,7 @@ impl Env {
         config: &TortureConfig,
         nodes: LocalNodes,
         checker: Arc<Checker>,
-    ) -> io::Result<(Arc<Env>, Vec<(Redlock, Duration)>)> {
+    ) -> io::Result<(Arc<Env>, Vec<ClientRedlocks>)> {
         let observer = Redlock::builder()
             .nodes(nodes.urls())
             .node_timeout(OBSERVER_TIMEOUT)
@@ -127,12 +128,20 @@ async fn start_proxies(
     Ok(proxies)
 }
 
+/// One client's `Redlock`s over its own proxies.
+pub(super) struct ClientRedlocks {
+    pub(super) redlock: Redlock,
+    /// Fencing mode: a second `Redlock` with fencing tokens, over the same proxies.
+    pub(super) fenced: Option<Redlock>,
+    pub(super) node_timeout: Duration,
+}
+
 /// Each client's `Redlock` over its own proxies, with its node timeout (longer for the patient
-/// clients).
+/// clients), and in fencing mode its fencing `Redlock`.
 async fn client_redlocks(
     config: &TortureConfig,
     proxies: &[Vec<FaultProxy>],
-) -> io::Result<Vec<(Redlock, Duration)>> {
+) -> io::Result<Vec<ClientRedlocks>> {
     let mut redlocks = Vec::new();
     for (c, mine) in proxies.iter().enumerate() {
         let timeout = if config.patient(c) {
@@ -140,15 +149,26 @@ async fn client_redlocks(
         } else {
             config.node_timeout
         };
-        let redlock = Redlock::builder()
-            .nodes(mine.iter().map(|p| p.url()))
-            .node_timeout(timeout)
-            .retry(config.retry)
-            .drift_factor(config.drift_factor)
-            .build()
-            .await
-            .map_err(io_err)?;
-        redlocks.push((redlock, timeout));
+        let build = |fencing: bool| {
+            Redlock::builder()
+                .nodes(mine.iter().map(|p| p.url()))
+                .node_timeout(timeout)
+                .retry(config.retry)
+                .drift_factor(config.drift_factor)
+                .fencing_tokens(fencing)
+                .build()
+        };
+        let redlock = build(false).await.map_err(io_err)?;
+        let fenced = if config.fencing {
+            Some(build(true).await.map_err(io_err)?)
+        } else {
+            None
+        };
+        redlocks.push(ClientRedlocks {
+            redlock,
+            fenced,
+            node_timeout: timeout,
+        });
     }
     Ok(redlocks)
 }
@@ -196,6 +216,7 @@ pub(super) async fn final_checks(env: &Env) -> usize {
     let prefix = env.observer.key("");
     let foreign: Vec<String> = env.foreign.iter().map(|f| env.observer.key(f)).collect();
     let private = env.observer.key("private:");
+    let (fence, sem) = (env.observer.key("~fence:"), env.observer.key("~sem:"));
     let ttl_max_ms = env.config.ttl_max.as_millis() as i64 + 1;
     let mut leftover = 0;
     for i in 0..env.config.nodes {
@@ -208,7 +229,9 @@ pub(super) async fn final_checks(env: &Env) -> usize {
             }
         };
         for k in keys {
-            if foreign.contains(&k) || k.starts_with(&private) {
+            // Fencing counters and a semaphore's permits record never expire by design.
+            let durable = k.starts_with(&fence) || (k.starts_with(&sem) && k.ends_with(":permits"));
+            if foreign.contains(&k) || k.starts_with(&private) || durable {
                 continue;
             }
             leftover += 1;
@@ -239,6 +262,35 @@ pub(super) async fn final_checks(env: &Env) -> usize {
     }
     drop(admin);
     leftover
+}
+
+/// Fencing mode: hands every fenced register's log (the tokens it accepted, in order) to the
+/// checker.
+pub(super) async fn read_registers(env: &Env, data_url: &str) -> io::Result<()> {
+    if !env.config.fencing {
+        return Ok(());
+    }
+    let data = data_client(data_url).await?;
+    for i in 0..FENCED_RESOURCES {
+        let resource = fenced_resource(i);
+        let (_, log) = register_keys(&resource);
+        let raw: Vec<String> = data
+            .eval(
+                "return redis.call('LRANGE', KEYS[1], 0, -1)",
+                vec![log],
+                Vec::<String>::new(),
+            )
+            .await
+            .map_err(io_err)?;
+        let accepted = raw
+            .iter()
+            .map(|t| t.parse::<u64>())
+            .collect::<Result<Vec<u64>, _>>()
+            .map_err(io_err)?;
+        env.checker.register_log(&resource, accepted);
+    }
+    let _ = data.quit().await;
+    Ok(())
 }
 
 /// The counters' final values on the data node.

@@ -65,6 +65,7 @@ use fredlock::Retry;
 mod controls;
 mod env;
 mod faults;
+mod mode_controls;
 mod report;
 mod schedule;
 mod stats;
@@ -75,7 +76,7 @@ pub use report::{markdown, Report};
 pub use schedule::{fingerprint, random_seed, schedule, Episode, FaultKind};
 pub use stats::Stats;
 
-use env::{final_checks, read_finals, Env};
+use env::{final_checks, read_finals, read_registers, Env};
 use faults::{join_lanes, spawn_lanes};
 use schedule::ms;
 use worker::{join_workers, spawn_workers};
@@ -120,6 +121,11 @@ pub struct TortureConfig {
     pub drift_factor: f64,
     /// The clients' retry policy.
     pub retry: Retry,
+    /// Fencing mode: the nodes are durable (append-only file, `fsync` on every write, so a
+    /// killed node restarts WITH its fencing counters, as the fencing docs require), and clients
+    /// also take fenced locks and write their tokens to fenced registers on the data node.
+    /// Semaphore permits are part of every run.
+    pub fencing: bool,
 }
 
 impl TortureConfig {
@@ -144,7 +150,14 @@ impl TortureConfig {
                 delay: Duration::from_millis(5),
                 jitter: Duration::from_millis(10),
             },
+            fencing: false,
         }
+    }
+
+    /// The same run in fencing mode (see [`fencing`](Self::fencing)).
+    pub fn with_fencing(mut self) -> TortureConfig {
+        self.fencing = true;
+        self
     }
 
     /// How long a killed node stays down: the maximum TTL plus [`RESTART_MARGIN`].
@@ -155,12 +168,13 @@ impl TortureConfig {
     /// The command that replays this run (same schedule and operation sequences).
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run --release --example torture -- --secs {} --seed {} --nodes {} --clients {} --resources {}",
+            "cargo run --release --example torture -- --secs {} --seed {} --nodes {} --clients {} --resources {}{}",
             self.duration.as_secs(),
             self.seed,
             self.nodes,
             self.clients,
-            self.resources
+            self.resources,
+            if self.fencing { " --fencing" } else { "" }
         )
     }
 
@@ -187,7 +201,11 @@ impl TortureConfig {
 pub async fn run(config: TortureConfig) -> io::Result<Report> {
     let wall = Instant::now();
     let episodes = schedule(&config);
-    let nodes = LocalNodes::start(config.nodes).await?;
+    let nodes = if config.fencing {
+        LocalNodes::start_durable(config.nodes).await?
+    } else {
+        LocalNodes::start(config.nodes).await?
+    };
     let data_node = LocalNodes::start(1).await?;
     let checker = Arc::new(Checker::new(config.drift_factor));
     let (env, redlocks) = Env::start(&config, nodes, checker.clone()).await?;
@@ -217,6 +235,7 @@ pub async fn run(config: TortureConfig) -> io::Result<Report> {
     // Writes of cancelled sections may still be on their way to the data node.
     tokio::time::sleep(ms(200)).await;
     let finals = read_finals(&env, &data_node.url(0)).await?;
+    read_registers(&env, &data_node.url(0)).await?;
     let check = checker.finish(&finals);
     env.observer.close().await;
     Ok(Report {

@@ -85,6 +85,13 @@ pub fn markdown(runs: &[Report], controls: &[ControlResult]) -> String {
 
 /// What ran: the run's shape, seed, schedule and timeouts.
 fn setup_rows(t: &mut Table) {
+    t.row("mode", &|r| {
+        if r.config.fencing {
+            "locks, semaphores, fencing (durable nodes)".to_string()
+        } else {
+            "locks, semaphores".to_string()
+        }
+    });
     t.row("nodes N / clients K / resources M (+ foreign)", &|r| {
         format!(
             "{} / {} / {} (+{})",
@@ -175,6 +182,22 @@ fn probe_rows(t: &mut Table) {
     t.row("quorum inspections after grant", &|r| {
         r.stats.quorum_checks.to_string()
     });
+    t.row("semaphore permits granted", &|r| {
+        r.stats.permits.to_string()
+    });
+    t.row(
+        "fenced writes accepted / refused (in window); stalled past deadline: accepted / refused",
+        &|r| {
+            let s = &r.stats;
+            format!(
+                "{} / {}; {} / {}",
+                s.fenced_accepted,
+                s.fenced_refused,
+                s.fenced_stale_accepted,
+                s.fenced_stale_refused
+            )
+        },
+    );
     t.row("S6 clean-up probes: cancelled / failed / released", &|r| {
         let p = r.stats.cleanup_probes;
         format!("{} / {} / {}", p[0], p[1], p[2])
@@ -256,7 +279,8 @@ fn write_table(out: &mut String, table: Table) {
     let runs = table.runs;
     let _ = write!(out, "| |");
     for r in runs {
-        let _ = write!(out, " N={} |", r.config.nodes);
+        let fenced = if r.config.fencing { ", fencing" } else { "" };
+        let _ = write!(out, " N={}{fenced} |", r.config.nodes);
     }
     let _ = write!(out, "\n|---|");
     for _ in runs {
@@ -320,10 +344,10 @@ fn write_controls(out: &mut String, controls: &[ControlResult]) {
             c.name,
             c.detail,
             c.row,
-            if c.expect_violation {
-                ">= 1 overlap"
-            } else {
-                "0"
+            match c.expected {
+                Some(ViolationKind::Overlap) => ">= 1 overlap".to_string(),
+                Some(kind) => format!(">= 1 {kind}"),
+                None => "0".to_string(),
             },
             c.violations,
             if kinds.is_empty() {

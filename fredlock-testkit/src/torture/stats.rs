@@ -57,6 +57,17 @@ pub struct Stats {
     pub takeovers: u64,
     /// Private-resource probes with the keys deleted (revival).
     pub revivals: u64,
+    /// Semaphore permits granted.
+    pub permits: u64,
+    /// Fenced writes the register accepted / refused (holder inside its window).
+    pub fenced_accepted: u64,
+    /// See `fenced_accepted`.
+    pub fenced_refused: u64,
+    /// Fenced writes by a holder that stalled past its deadline: accepted (no newer holder had
+    /// written) / refused (a newer holder had: the stale write was fenced off).
+    pub fenced_stale_accepted: u64,
+    /// See `fenced_stale_accepted`.
+    pub fenced_stale_refused: u64,
     /// Attempts on foreign resources.
     pub foreign_attempts: u64,
     /// Inspections that a fresh grant's token is on a quorum.
@@ -99,6 +110,11 @@ impl Stats {
         self.revivals += o.revivals;
         self.foreign_attempts += o.foreign_attempts;
         self.quorum_checks += o.quorum_checks;
+        self.permits += o.permits;
+        self.fenced_accepted += o.fenced_accepted;
+        self.fenced_refused += o.fenced_refused;
+        self.fenced_stale_accepted += o.fenced_stale_accepted;
+        self.fenced_stale_refused += o.fenced_stale_refused;
         for i in 0..3 {
             self.cleanup_probes[i] += o.cleanup_probes[i];
         }

@@ -19,17 +19,20 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::env::{data_client, Env};
+use super::env::{data_client, ClientRedlocks, Env};
 use super::schedule::{pick_weighted, rand_dur, stream};
 use super::{Stats, TortureConfig};
 use crate::checker::{Checker, GrantId, ViolationKind};
 
 mod cleanup;
 mod keep_alive;
+mod modes;
 mod ops;
 mod section;
 mod stale;
 mod takeover;
+
+pub(super) use modes::{fenced_resource, register_keys, FENCED_RESOURCES};
 
 /// Steps of a keep-alive or `with_lock` section at most.
 const MAX_STEPS: usize = 6;
@@ -47,6 +50,8 @@ enum OpKind {
     Foreign,
     Takeover,
     Cancel,
+    Permit,
+    Fenced,
 }
 
 impl OpKind {
@@ -63,11 +68,13 @@ impl OpKind {
             OpKind::Foreign => "foreign",
             OpKind::Takeover => "takeover",
             OpKind::Cancel => "cancelled_acquire",
+            OpKind::Permit => "semaphore_permit",
+            OpKind::Fenced => "fenced_write",
         }
     }
 }
 
-const OP_WEIGHTS: [(OpKind, u32); 11] = [
+const OP_WEIGHTS: [(OpKind, u32); 13] = [
     (OpKind::Acquire, 24),
     (OpKind::TryAcquire, 14),
     (OpKind::Multi, 10),
@@ -79,6 +86,8 @@ const OP_WEIGHTS: [(OpKind, u32); 11] = [
     (OpKind::Foreign, 5),
     (OpKind::Takeover, 4),
     (OpKind::Cancel, 6),
+    (OpKind::Permit, 8),
+    (OpKind::Fenced, 8),
 ];
 
 /// One operation, drawn entirely up front with a fixed number of draws per operation, so that
@@ -149,6 +158,8 @@ struct Worker {
     id: usize,
     env: Arc<Env>,
     redlock: Redlock,
+    /// Fencing mode: the same client's `Redlock` with fencing tokens (same proxies).
+    fenced: Option<Redlock>,
     data: Client,
     rng: StdRng,
     stats: Stats,
@@ -177,6 +188,8 @@ impl Worker {
                 OpKind::Foreign => self.op_foreign(&op).await,
                 OpKind::Takeover => self.op_takeover(&op).await,
                 OpKind::Cancel => self.op_cancel(&op).await,
+                OpKind::Permit => self.op_permit(&op).await,
+                OpKind::Fenced => self.op_fenced(&op).await,
             }
             tokio::time::sleep(op.think).await;
             let key = (op.kind.name(), self.stats.granted > granted);
@@ -190,6 +203,9 @@ impl Worker {
             self.join_probe(probe).await;
         }
         self.redlock.close().await;
+        if let Some(fenced) = &self.fenced {
+            fenced.close().await;
+        }
         let _ = self.data.quit().await;
         self.stats
     }
@@ -234,16 +250,22 @@ impl Worker {
 /// operations), running until `stop_at`.
 pub(super) async fn spawn_workers(
     env: &Arc<Env>,
-    redlocks: Vec<(Redlock, Duration)>,
+    redlocks: Vec<ClientRedlocks>,
     data_url: &str,
     stop_at: Instant,
 ) -> io::Result<Vec<JoinHandle<Stats>>> {
     let mut workers = Vec::new();
-    for (id, (redlock, node_timeout)) in redlocks.into_iter().enumerate() {
+    for (id, c) in redlocks.into_iter().enumerate() {
+        let ClientRedlocks {
+            redlock,
+            fenced,
+            node_timeout,
+        } = c;
         let worker = Worker {
             id,
             env: env.clone(),
             redlock,
+            fenced,
             data: data_client(data_url).await?,
             rng: StdRng::seed_from_u64(stream(&env.config, 1_000 + id as u64)),
             stats: Stats::default(),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fredlock::fred::prelude::{KeysInterface, Value};
-use fredlock::{Error, Lock};
+use fredlock::Lock;
 use tokio::time::Instant;
 
 use super::super::env::{data_key, same};
@@ -127,11 +127,7 @@ impl Worker {
     /// Closes the window at the release call's start (or the deadline), then releases.
     pub(super) async fn release(&mut self, grant: GrantId, lock: Lock) {
         self.checker().close(grant, Instant::now(), lock.deadline());
-        match lock.release().await {
-            Ok(_) => self.stats.releases_ok += 1,
-            Err(Error::NotHeld { .. }) => self.stats.releases_not_held += 1,
-            Err(_) => self.stats.releases_failed += 1,
-        }
+        self.count_release(lock.release().await);
     }
 
     pub(super) async fn extend(&mut self, grant: GrantId, lock: &mut Lock, ttl: Duration) -> bool {
