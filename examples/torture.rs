@@ -10,7 +10,7 @@
 //! Without `--nodes`, the time is split between runs on 3 nodes and on 5; without `--mode`,
 //! each N runs once without and once with fencing (durable nodes, fenced locks and registers);
 //! semaphore permits are part of every run. Without
-//! `--clients`/`--resources`, 32 clients share 24 resources (about 10,000 checked grants a
+//! `--clients`/`--resources`, 40 clients share 30 resources (about 10,000 checked grants a
 //! minute on 2 cores); `--profile` prints where the clients' time went. Without
 //! `--seed`, a random seed is drawn and printed. A seed replays the same fault schedule and the
 //! same per-client sequences of operations (not the same timing); the report prints the exact
@@ -24,8 +24,8 @@ use fredlock_testkit::torture::{self, TortureConfig};
 
 /// Clients and resources of a long run: enough contention and throughput to check 100,000
 /// grants in 10 minutes, few enough that the 2-core machine's timers stay on time.
-const LONG_RUN_CLIENTS: usize = 32;
-const LONG_RUN_RESOURCES: usize = 24;
+const LONG_RUN_CLIENTS: usize = 40;
+const LONG_RUN_RESOURCES: usize = 30;
 
 struct Args {
     secs: u64,
