@@ -45,18 +45,21 @@
 //!    in the server's words, the server's `run_id` so one server never votes twice).
 //! 2. `node` (one Redis node: one fred client, per-command options, reply decoding into votes),
 //!    `quorum` (the one fan-out primitive, the quorum tally, validity arithmetic; pure).
-//! 3. `redlock`: the rounds: one acquire attempt, extend, release; [`Redlock`] and its shared state.
-//! 4. `lock` ([`Lock`] and the acquire retry loop that hands it out), `inspect` ([`Redlock::inspect`]).
-//! 5. `keepalive`: [`KeepAlive`], the background extension and the lost signal.
-//! 6. `with_lock` ([`Redlock::with_lock`]), `election` ([`Election`]), `semaphore` ([`Semaphore`]:
+//! 3. `background`: work that outlives its call: drop-path releases, release retries, and the
+//!    count [`Redlock::close`] waits for; generic over the Redlock above it.
+//! 4. `redlock`: the rounds: one acquire attempt, extend, release; [`Redlock`] and its shared state.
+//! 5. `lock` ([`Lock`] and the acquire retry loop that hands it out), `inspect` ([`Redlock::inspect`]).
+//! 6. `keepalive`: [`KeepAlive`], the background extension and the lost signal.
+//! 7. `with_lock` ([`Redlock::with_lock`]), `election` ([`Election`]), `semaphore` ([`Semaphore`]:
 //!    at most N holders, each permit a quorum lock on one of N slots).
-//! 7. [`config`]: the builder; validates, then constructs. Nothing imports it back.
+//! 8. [`config`]: the builder; validates, then constructs. Nothing imports it back.
 //!
 //! The test machinery (local `redis-server` nodes, node control, a fault proxy, the safety checker
 //! and the torture run) lives in the `fredlock-testkit` crate beside this one, not in the library.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+mod background;
 pub mod config;
 mod connection;
 mod election;

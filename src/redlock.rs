@@ -3,15 +3,17 @@
 //! (that is [`crate::node`]) and never counts votes by hand (that is [`crate::quorum`]).
 //!
 //! Owns: [`Redlock`] and its shared state, one acquire attempt (with its clean-up), the extend and
-//! release rounds, background releases. Must not: parse replies (node), count votes by hand
-//! (quorum), or build a `Lock` (the layer above does, from a `Grant`).
+//! release rounds. Must not: parse replies (node), count votes by hand (quorum), keep background
+//! work's books (background), or build a `Lock` (the layer above does, from a `Grant`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{Error, InvalidInput, Names, NodeErrorKind, NotHeldReason, Result, Vote, Votes};
+pub(crate) use crate::background::spawn_release;
+use crate::background::{self, Background, CleanupGuard, Releaser};
+use crate::error::{Error, InvalidInput, Names, NotHeldReason, Result, Vote, Votes};
 use crate::node::{Acquired, Held, Node};
 use crate::quorum::{self, fan_out, quorum_known, votes, AsVote, Late, Outcome};
 
@@ -39,46 +41,6 @@ pub(crate) struct Inner {
 /// Resource names starting with this are fredlock's own (fencing counters, semaphore slots):
 /// a caller's name may not start with it, so no lock key can collide with one of them.
 pub(crate) const RESERVED: &str = "~";
-
-/// Counts background tasks so that [`Redlock::close`] can wait for them.
-#[derive(Debug, Default)]
-pub(crate) struct Background {
-    running: std::sync::atomic::AtomicUsize,
-    idle: tokio::sync::Notify,
-    /// Set by [`Redlock::close`]: release retries stop (the clients are gone).
-    closed: std::sync::atomic::AtomicBool,
-}
-
-impl Background {
-    fn enter(inner: &Arc<Inner>) -> BackgroundGuard {
-        inner
-            .background
-            .running
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        BackgroundGuard(inner.clone())
-    }
-
-    async fn wait_idle(&self) {
-        loop {
-            let idle = self.idle.notified();
-            if self.running.load(std::sync::atomic::Ordering::Acquire) == 0 {
-                return;
-            }
-            idle.await;
-        }
-    }
-}
-
-struct BackgroundGuard(Arc<Inner>);
-
-impl Drop for BackgroundGuard {
-    fn drop(&mut self) {
-        let bg = &self.0.background;
-        if bg.running.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
-            bg.idle.notify_waiters();
-        }
-    }
-}
 
 /// How [`Redlock::acquire`] retries while the lock is held by someone else or nodes fail.
 ///
@@ -259,10 +221,7 @@ impl Redlock {
     /// is dropped.
     pub async fn close(&self) {
         self.inner.background.wait_idle().await;
-        self.inner
-            .background
-            .closed
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.inner.background.close();
         let quits = self.inner.nodes.iter().map(|n| n.close());
         futures::future::join_all(quits).await;
     }
@@ -435,45 +394,18 @@ impl Inner {
             .unwrap_or_else(|| quorum::default_node_timeout(ttl))
     }
 
-    /// Sends the release script to `targets`, returns when `enough` says so (or after the
-    /// per-node timeout). Unanswered nodes finish in the background.
-    pub(crate) async fn release_round(
-        &self,
-        held: &Arc<Held>,
-        targets: impl Iterator<Item = usize>,
-        enough: impl FnMut(&[Option<Vote>]) -> bool,
-    ) -> Votes {
-        let timeout = self.release_timeout();
-        let calls: Vec<_> = targets
-            .map(|i| (i, self.nodes[i].clone().release(held.clone(), timeout)))
-            .collect();
-        votes(fan_out(self.nodes.len(), calls, None, Late::Drop, enough).await)
-    }
-
     /// Hands a release to `targets` without waiting for the answers (they land in each node's
     /// order, after the commands queued before them). A node whose release fails at once (fred
     /// fails new commands while reconnecting, yet still writes what it had buffered) is retried
-    /// in the background; see [`retry_release`].
+    /// in the background; see [`background::retry_release`].
     pub(crate) async fn release_unawaited(
         self: &Arc<Self>,
         held: &Arc<Held>,
         targets: impl Iterator<Item = usize>,
         ttl: Duration,
     ) {
-        let votes = self.release_round(held, targets, |_| true).await;
-        self.retry_failed(held, &votes, ttl);
-    }
-
-    /// Retries, in a task, the release on the nodes where it failed (see [`retry_release`]).
-    fn retry_failed(self: &Arc<Self>, held: &Arc<Held>, votes: &Votes, ttl: Duration) {
-        let failed = failed_nodes(&votes.0);
-        if failed.is_empty() {
-            return;
-        }
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let until = retry_until(self, ttl);
-            rt.spawn(retry_release(self.clone(), held.clone(), failed, until));
-        }
+        let votes = self.release_round(held, targets.collect(), |_| true).await;
+        background::retry_failed(self, held, &votes, ttl);
     }
 
     /// Raises the fencing counters `keys` to `tokens` on every node; returns once a quorum did
@@ -504,14 +436,14 @@ impl Inner {
         )
     }
 
-    /// Releases on every node, deciding as soon as the outcome is known. Nodes whose release
-    /// failed are retried in the background (see [`retry_release`]): a release can fail at once
-    /// while a late SET of the same lock still waits in fred's queue for that node.
+    /// Releases on every node, deciding as soon as the outcome is known. Nodes whose release failed
+    /// are retried in the background (see [`background::retry_release`]): a release can fail at
+    /// once while a late SET of the same lock still waits in fred's queue for that node.
     pub(crate) async fn release_all(self: &Arc<Self>, held: &Arc<Held>, ttl: Duration) -> Votes {
         let votes = self
-            .release_round(held, 0..self.nodes.len(), quorum_known)
+            .release_round(held, (0..self.nodes.len()).collect(), quorum_known)
             .await;
-        self.retry_failed(held, &votes, ttl);
+        background::retry_failed(self, held, &votes, ttl);
         votes
     }
 
@@ -604,93 +536,31 @@ impl Inner {
     }
 }
 
-/// Releases an attempt's keys on every node if the attempt is dropped before it settled.
-struct CleanupGuard {
-    inner: Option<Arc<Inner>>,
-    held: Arc<Held>,
-    ttl: Duration,
-}
-
-impl Drop for CleanupGuard {
-    fn drop(&mut self) {
-        if let Some(inner) = self.inner.take() {
-            spawn_release(inner, self.held.clone(), self.ttl, "acquire cancelled");
-        }
+impl Releaser for Inner {
+    fn background(&self) -> &Background {
+        &self.background
     }
-}
 
-/// Releases on every node from a background task (used on drop paths); nodes whose release
-/// failed are retried (see [`retry_release`]). `ttl` is the keys' TTL: how long a retry can help.
-pub(crate) fn spawn_release(inner: Arc<Inner>, held: Arc<Held>, ttl: Duration, why: &'static str) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(rt) => {
-            tracing::debug!(keys = ?held.keys, why, "fredlock: releasing in the background");
-            let running = Background::enter(&inner);
-            rt.spawn(async move {
-                let until = retry_until(&inner, ttl);
-                let votes = inner
-                    .release_round(&held, 0..inner.nodes.len(), |a| {
-                        a.iter().all(Option::is_some)
-                    })
-                    .await;
-                tracing::debug!(keys = ?held.keys, %votes, why, "fredlock: background release done");
-                // close() waits for the first round (which hands every command to fred), not
-                // for the retries: they stop once the Redlock is closed.
-                drop(running);
-                retry_release(inner, held, failed_nodes(&votes.0), until).await;
-            });
-        }
-        Err(_) => {
-            tracing::warn!(keys = ?held.keys, why, "fredlock: no tokio runtime to release on; the keys expire with their TTL");
-        }
+    fn node_count(&self) -> usize {
+        self.nodes.len()
     }
-}
 
-/// Until when retrying a release can remove keys set with `ttl`: a SET is written within its
-/// node timeout (fred skips it after that) and lives `ttl` from then.
-fn retry_until(inner: &Inner, ttl: Duration) -> Instant {
-    let span = ttl.saturating_add(inner.node_timeout(ttl));
-    Instant::now()
-        .checked_add(span)
-        .unwrap_or_else(Instant::now)
-}
+    fn command_timeout(&self, ttl: Duration) -> Duration {
+        self.node_timeout(ttl)
+    }
 
-/// Nodes whose release failed (an error or a timeout), and so may still hold the keys. A
-/// duplicate's answer never counts: it is left out.
-fn failed_nodes(votes: &[Vote]) -> Vec<usize> {
-    (0..votes.len())
-        .filter(|&i| matches!(&votes[i], Vote::Failed(e) if e.kind != NodeErrorKind::Duplicate))
-        .collect()
-}
-
-/// Retries a release on `nodes` until each gives an answer, `until` passes or the Redlock is
-/// closed, pausing 10 ms, then twice as long each time up to 250 ms.
-///
-/// Why: a release can fail while the SET it cleans up after is still waiting in fred's queue
-/// (fred fails a new command at once while reconnecting, yet writes the commands it already
-/// buffered once connected). Replaying a release is safe (it deletes only our token), and a
-/// retry is queued behind that SET, so it lands after it.
-async fn retry_release(inner: Arc<Inner>, held: Arc<Held>, mut nodes: Vec<usize>, until: Instant) {
-    let mut pause = Duration::from_millis(10);
-    let closed = || {
-        inner
-            .background
-            .closed
-            .load(std::sync::atomic::Ordering::Acquire)
-    };
-    while !nodes.is_empty() && !closed() {
-        if Instant::now() + pause >= until {
-            tracing::debug!(keys = ?held.keys, ?nodes, "fredlock: release retries given up; the keys expire with their TTL");
-            return;
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(250));
-        let votes = inner
-            .release_round(&held, nodes.iter().copied(), |a| {
-                a.iter().all(Option::is_some)
-            })
-            .await;
-        nodes = failed_nodes(&votes.0);
+    async fn release_round(
+        &self,
+        held: &Arc<Held>,
+        targets: Vec<usize>,
+        enough: fn(&[Option<Vote>]) -> bool,
+    ) -> Votes {
+        let timeout = self.release_timeout();
+        let calls: Vec<_> = targets
+            .into_iter()
+            .map(|i| (i, self.nodes[i].clone().release(held.clone(), timeout)))
+            .collect();
+        votes(fan_out(self.nodes.len(), calls, None, Late::Drop, enough).await)
     }
 }
 

@@ -9,6 +9,7 @@ const LAYERS: &[&[&str]] = &[
     &["error"],
     &["endpoint", "scripts", "connection"],
     &["node", "quorum"],
+    &["background"],
     &["redlock"],
     &["lock", "inspect"],
     &["keepalive"],
