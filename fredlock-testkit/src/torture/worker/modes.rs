@@ -5,8 +5,6 @@
 //! Owns these two operations and the fenced register's script. Must not decide whether the
 //! history is safe (the checker's `modes.rs` does) nor touch the plain lock operations.
 
-use std::time::Duration;
-
 use fredlock::fred::prelude::LuaInterface;
 use fredlock::Error;
 use tokio::time::Instant;
@@ -110,8 +108,9 @@ impl Worker {
         if stalled {
             // The window ends at the deadline; the write comes after it.
             self.checker().close(g, Instant::now(), lock.deadline());
-            tokio::time::sleep_until(lock.deadline() + op.steps[0].0 + Duration::from_millis(1))
-                .await;
+            // Long enough (50-200 ms past the deadline) that another client has usually taken
+            // the resource and written with a larger token: the register must refuse this one.
+            tokio::time::sleep_until(lock.deadline() + op.ttl2).await;
         }
         let (register, log) = register_keys(&r);
         let accepted = self
