@@ -11,7 +11,9 @@
 //! (and so its keys) goes: whatever way the task ends (a panic, the runtime shutting down, an
 //! early return), no handle can still say "held" once the keys may be released.
 //!
-//! Owns: the extension schedule and budget, the lost signal, `with_lock`.
+//! Owns: the extension task, its count against `max_extensions`, the lost signal, `with_lock`.
+//! [`KeepAliveOptions`] and the schedule's arithmetic (when to extend, for how long, when to give
+//! up) are `pacing`'s.
 //! Must not: talk to nodes except through [`Lock::extend`]'s round.
 
 use std::sync::Arc;
@@ -21,102 +23,12 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::error::{Error, InvalidInput, LostReason, Names, NotHeldReason, Result};
+use crate::error::{Error, LostReason, Names, NotHeldReason, Result};
 use crate::lock::{Lock, ReleaseReport};
+use crate::pacing::{self, Pacing};
 
-/// How a [`KeepAlive`] extends its lock. Build with [`KeepAliveOptions::default()`] and the
-/// setters; every value is validated when the guard starts.
-#[derive(Debug, Clone, PartialEq)]
-pub struct KeepAliveOptions {
-    renew_when_left: f64,
-    ttl: Option<Duration>,
-    max_hold: Option<Duration>,
-    max_extensions: Option<u32>,
-    retry_delay: Option<Duration>,
-}
-
-impl Default for KeepAliveOptions {
-    /// Extend when a third of the TTL is left, with the lock's own TTL, without a budget;
-    /// retry a failed round after `ttl / 30` (clamped to 5-500 ms) while validity is left.
-    fn default() -> Self {
-        KeepAliveOptions {
-            renew_when_left: 1.0 / 3.0,
-            ttl: None,
-            max_hold: None,
-            max_extensions: None,
-            retry_delay: None,
-        }
-    }
-}
-
-// One setter per option, each with its own documentation: the same shape on purpose.
-impl KeepAliveOptions {
-    /// Extend when this fraction of the TTL is left before the deadline, in `(0, 1)`
-    /// (default 1/3). Whatever the fraction, two extensions start at least `ttl / 10` apart, so
-    /// no value can turn the keep-alive into a storm of rounds.
-    pub fn renew_when_left(mut self, fraction: f64) -> Self {
-        self.renew_when_left = fraction;
-        self
-    }
-    /// TTL of each extension (default: the TTL the lock was acquired with). Validated exactly
-    /// like an acquire's TTL: not zero, not too large for Redis, longer than the drift allowance.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
-        self
-    }
-    /// Never hold the lock past `acquired_at + max` (the acquire's start plus this budget). The
-    /// published deadline never passes that instant: extensions near the end are shortened to
-    /// fit, none is sent that would not move the deadline forward by at least `ttl / 20`, and
-    /// when no more fits the lock is lost with [`LostReason::BudgetExhausted`] at its last
-    /// deadline. A budget shorter than the acquire's own validity caps that first deadline too.
-    /// `Duration::MAX` means no limit. Release (or drop) the guard to free the keys at once.
-    pub fn max_hold(mut self, max: Duration) -> Self {
-        self.max_hold = Some(max);
-        self
-    }
-    /// Extend at most this many times, then let the lock expire
-    /// ([`LostReason::BudgetExhausted`]). `0` keeps the lost signal but never extends.
-    pub fn max_extensions(mut self, max: u32) -> Self {
-        self.max_extensions = Some(max);
-        self
-    }
-    /// Pause between extension rounds that failed transiently (a node down, a timeout), while
-    /// validity is left (default `ttl / 30`, clamped to 5-500 ms). Never less than
-    /// `max(ttl / 100, 1 ms)`, whatever is given; `Duration::MAX` means one try per round.
-    pub fn retry_delay(mut self, delay: Duration) -> Self {
-        self.retry_delay = Some(delay);
-        self
-    }
-
-    /// Checks every value; `drift_factor` is the Redlock's, for the TTL check.
-    pub(crate) fn validate(&self, drift_factor: f64) -> Result<(), InvalidInput> {
-        if !(self.renew_when_left > 0.0 && self.renew_when_left < 1.0) {
-            return Err(InvalidInput::KeepAlive("renew_when_left must be in (0, 1)"));
-        }
-        if let Some(ttl) = self.ttl {
-            crate::quorum::ttl_millis(ttl)?;
-            crate::quorum::validity(ttl, drift_factor)?;
-        }
-        if self.retry_delay.is_some_and(|d| d.is_zero()) {
-            return Err(InvalidInput::KeepAlive(
-                "retry_delay must be greater than zero",
-            ));
-        }
-        if self.max_hold.is_some_and(|d| d.is_zero()) {
-            return Err(InvalidInput::KeepAlive(
-                "max_hold must be greater than zero",
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// Two extension rounds start at least this far apart (a fraction of the TTL).
-const MIN_RENEW_GAP_DIVISOR: u32 = 10;
-/// A retry after a failed round waits at least `ttl / this`, and at least [`MIN_RETRY_PAUSE`].
-const MIN_RETRY_DIVISOR: u32 = 100;
-/// The smallest pause between two rounds.
-const MIN_RETRY_PAUSE: Duration = Duration::from_millis(1);
+pub(crate) use crate::pacing::fire_at;
+pub use crate::pacing::KeepAliveOptions;
 
 /// What every observer of a kept-alive lock sees.
 #[derive(Debug, Clone, Copy)]
@@ -129,15 +41,6 @@ pub(crate) struct Status {
 }
 
 type Shared = Arc<watch::Sender<Status>>;
-
-/// The lost signal fires this long BEFORE the deadline: timers fire at or after their instant
-/// (tokio rounds up to the millisecond), and the signal must come no later than the deadline.
-pub(crate) const LOST_MARGIN: Duration = Duration::from_millis(2);
-
-/// When the lost signal fires for a given deadline.
-pub(crate) fn fire_at(deadline: Instant) -> Instant {
-    deadline.checked_sub(LOST_MARGIN).unwrap_or(deadline)
-}
 
 /// Marks the lock lost at or after its deadline, unless it already is. Returns the reason.
 fn expire(tx: &Shared) -> Option<LostReason> {
@@ -334,10 +237,10 @@ impl Lock {
 
     fn start_keep_alive(self, options: KeepAliveOptions) -> KeepAlive {
         // A budget shorter than the acquire's validity caps the very first deadline.
-        let hold_end = hold_end(&self, &options);
+        let hold_end = pacing::hold_end(self.acquired_at(), options.max_hold);
         let capped = hold_end.is_some_and(|end| end < self.deadline());
         let status = Status {
-            deadline: hold_end.map_or(self.deadline(), |end| end.min(self.deadline())),
+            deadline: pacing::cap(self.deadline(), hold_end),
             lost: None,
             final_deadline: capped || options.max_extensions == Some(0),
             extensions: 0,
@@ -360,13 +263,6 @@ impl Lock {
             task: Some(task),
         }
     }
-}
-
-/// `acquired_at + max_hold`, or `None` for no limit (no budget, or one too large for the clock).
-fn hold_end(lock: &Lock, options: &KeepAliveOptions) -> Option<Instant> {
-    options
-        .max_hold
-        .and_then(|h| lock.acquired_at().checked_add(h))
 }
 
 /// The extension task's lock. Whatever way the task ends without handing the lock back (a
@@ -503,13 +399,12 @@ async fn extend_loop(
     mut stop: oneshot::Receiver<()>,
 ) -> Lock {
     let tx = holder.tx.clone();
-    let ttl = options.ttl.unwrap_or(holder.lock().ttl());
-    let drift_factor = holder.lock().redlock().inner.drift_factor;
-    let gap = (ttl / MIN_RENEW_GAP_DIVISOR).max(MIN_RETRY_PAUSE);
-    let retry_delay = options
-        .retry_delay
-        .unwrap_or_else(|| (ttl / 30).clamp(Duration::from_millis(5), Duration::from_millis(500)))
-        .max((ttl / MIN_RETRY_DIVISOR).max(MIN_RETRY_PAUSE));
+    let schedule = Pacing::new(
+        &options,
+        holder.lock().ttl(),
+        hold_end,
+        holder.lock().redlock().inner.drift_factor,
+    );
     let span = tracing::debug_span!("fredlock.keep_alive", resources = ?holder.lock().resources());
     let mut last_round = holder.lock().acquired_at();
     loop {
@@ -531,10 +426,7 @@ async fn extend_loop(
             expire(&tx);
             return holder.hand_back();
         }
-        let renew_at = deadline
-            .checked_sub(ttl.mul_f64(options.renew_when_left))
-            .unwrap_or(deadline)
-            .max(last_round.checked_add(gap).unwrap_or(deadline));
+        let renew_at = schedule.renew_at(deadline, last_round);
         tokio::select! {
             biased;
             _ = &mut stop => return holder.hand_back(),
@@ -545,22 +437,8 @@ async fn extend_loop(
         loop {
             let now = Instant::now();
             last_round = now;
-            // This round's TTL: the full one, or what is left of the budget, measured now.
-            let this_ttl = match hold_end {
-                Some(end) => ttl.min(end.saturating_duration_since(now)),
-                None => ttl,
-            };
-            let useful = crate::quorum::validity(this_ttl, drift_factor)
-                .ok()
-                .and_then(|v| now.checked_add(v))
-                // Half the pacing gap: a round paced `gap` after the previous one always gains
-                // more than this, so only the budget's end can make a round useless.
-                .is_some_and(|projected| {
-                    deadline
-                        .checked_add(gap / 2)
-                        .is_some_and(|n| projected >= n)
-                });
-            if !useful {
+            let this_ttl = schedule.round_ttl(now);
+            if !schedule.useful(this_ttl, now, deadline) {
                 // No extension within the budget would move the deadline forward: the last
                 // deadline stands (an extension now could only shorten the keys).
                 tx.send_modify(|s| s.final_deadline = true);
@@ -574,7 +452,7 @@ async fn extend_loop(
             match result {
                 Ok(()) => {
                     let obtained = holder.lock().deadline();
-                    let new_deadline = hold_end.map_or(obtained, |end| obtained.min(end));
+                    let new_deadline = pacing::cap(obtained, hold_end);
                     let published = tx.send_if_modified(|s| {
                         if s.lost.is_some()
                             || Instant::now() >= fire_at(s.deadline)
@@ -584,7 +462,7 @@ async fn extend_loop(
                         }
                         s.deadline = new_deadline;
                         s.extensions = s.extensions.saturating_add(1);
-                        if this_ttl < ttl {
+                        if this_ttl < schedule.ttl {
                             // Shortened to fit the budget: this is the last one.
                             s.final_deadline = true;
                         }
@@ -616,8 +494,7 @@ async fn extend_loop(
                 Err(e) => {
                     tracing::debug!(parent: &span, error = %e, "extension round failed; retrying within validity");
                     let give_up = fire_at(tx.borrow().deadline);
-                    let next = Instant::now().checked_add(retry_delay).unwrap_or(give_up);
-                    if next >= give_up {
+                    let Some(next) = schedule.retry_at(Instant::now(), give_up) else {
                         tokio::select! {
                             biased;
                             _ = &mut stop => return holder.hand_back(),
@@ -626,7 +503,7 @@ async fn extend_loop(
                         expire(&tx);
                         tracing::warn!(parent: &span, "fredlock: lock lost: no extension succeeded before the deadline");
                         return holder.hand_back();
-                    }
+                    };
                     tokio::select! {
                         biased;
                         _ = &mut stop => return holder.hand_back(),

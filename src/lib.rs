@@ -42,11 +42,14 @@
 //! 0. [`error`]: errors and plain value types (`Votes`, `NodeError`, `LostReason`). Imports nothing of ours.
 //! 1. `endpoint` (node URLs checked and redacted by structure), `scripts` (every Lua script with
 //!    its KEYS/ARGV contract), `connection` (one node's connect loop, its latest cause of failure
-//!    in the server's words, the server's `run_id` so one server never votes twice).
-//! 2. `node` (one Redis node: one fred client, per-command options, reply decoding into votes),
+//!    in the server's words, the server's `run_id` so one server never votes twice), `reply`
+//!    (every reply decoded into a vote, a slot, counters or a holder, or a typed error; pure).
+//! 2. `node` (one Redis node: one fred client, per-command options, each command's arguments),
 //!    `quorum` (the one fan-out primitive, the quorum tally, validity arithmetic; pure).
 //! 3. `background`: work that outlives its call: drop-path releases, release retries, and the
-//!    count [`Redlock::close`] waits for; generic over the Redlock above it.
+//!    count [`Redlock::close`] waits for; generic over the Redlock above it. `pacing`:
+//!    [`KeepAliveOptions`] and the schedule and budget arithmetic they drive (when to extend,
+//!    for how long, when to give up; pure).
 //! 4. `redlock`: the rounds: one acquire attempt, extend, release; [`Redlock`] and its shared state.
 //! 5. `lock` ([`Lock`] and the acquire retry loop that hands it out), `inspect` ([`Redlock::inspect`]).
 //! 6. `keepalive`: [`KeepAlive`], the background extension and the lost signal.
@@ -69,8 +72,10 @@ mod inspect;
 mod keepalive;
 mod lock;
 mod node;
+mod pacing;
 mod quorum;
 mod redlock;
+mod reply;
 mod scripts;
 mod semaphore;
 mod with_lock;

@@ -1,7 +1,8 @@
 //! One Redis node: one fred [`Client`], commands bounded by a per-node timeout that fred itself
-//! enforces, and the decoding of every reply into a [`Vote`] or a typed [`NodeError`].
+//! enforces, each reply handed to `reply` to become a [`Vote`] or a typed [`NodeError`].
 //!
-//! This is the only file that knows how fred is configured and what Redis answers look like.
+//! This is the only file that knows how fred is configured (what Redis answers look like is
+//! `reply`'s).
 //! The fred 10 traps it avoids, each of which was seen to break a lock:
 //! - `with_options(..).evalsha(..)` ignores the options, so every command goes through
 //!   `with_options(..).custom(..)`, which honours them;
@@ -12,8 +13,9 @@
 //! - `fail_fast`: while a node is disconnected its commands fail at once instead of queueing;
 //! - the command queue is bounded.
 //!
-//! Owns: the fred client of one node, its per-command options, reply decoding into votes.
-//! Must not: count votes across nodes (quorum) or decide anything about a lock (redlock).
+//! Owns: the fred client of one node, its per-command options, the arguments of each command.
+//! Must not: decode a reply by hand (reply), count votes across nodes (quorum) or decide anything
+//! about a lock (redlock).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,8 +28,10 @@ use fred::types::{ClusterHash, CustomCommand};
 
 use crate::connection::{self, Link, Servers, State};
 use crate::error::{InvalidInput, NodeError, NodeErrorKind, Vote};
+use crate::reply;
 use crate::scripts::Script;
 
+pub(crate) use crate::reply::{Acquired, Slot};
 pub use fred::clients::Client;
 
 /// One configured Redis node.
@@ -77,22 +81,6 @@ pub(crate) struct Held {
     pub(crate) fence_keys: Vec<String>,
 }
 
-/// One node's answer to an acquire: its vote and, with fencing, each key's counter.
-#[derive(Debug)]
-pub(crate) struct Acquired {
-    pub(crate) vote: Vote,
-    pub(crate) counters: Option<Vec<u64>>,
-}
-
-impl Acquired {
-    fn plain(vote: Vote) -> Acquired {
-        Acquired {
-            vote,
-            counters: None,
-        }
-    }
-}
-
 /// A semaphore slot request, the same for every node of one attempt.
 #[derive(Debug)]
 pub(crate) struct SlotRequest {
@@ -103,27 +91,6 @@ pub(crate) struct SlotRequest {
     pub(crate) fence_keys: Vec<String>,
     pub(crate) token: String,
     pub(crate) ttl_ms: u64,
-}
-
-/// One node's answer to a slot request.
-#[derive(Debug, Clone)]
-pub(crate) enum Slot {
-    /// Set the slot at this position of the order; its counter (0 without fencing).
-    Took { position: usize, counter: u64 },
-    /// Every slot is taken.
-    Full,
-    /// The name is in use with this other number of permits.
-    Mismatch(String),
-    /// An error or timeout: outcome unknown.
-    Failed(NodeError),
-}
-
-/// A counter as the scripts return it: a non-negative integer.
-fn counter(v: &Value) -> Option<u64> {
-    match v {
-        Value::Integer(n) => u64::try_from(*n).ok(),
-        _ => None,
-    }
 }
 
 impl Node {
@@ -315,7 +282,7 @@ impl Node {
     }
 
     async fn acquire_plain(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Vote {
-        let reply = if let [key] = held.keys.as_slice() {
+        if let [key] = held.keys.as_slice() {
             // The typed SET (unlike EVAL and custom commands, which fred flushes one by one)
             // lets fred batch concurrent SETs into one socket write. `WithOptions` implements
             // the keys interface, so timeout, attempts and fail-fast are honoured here.
@@ -327,17 +294,15 @@ impl Node {
                 Some(SetOptions::NX),
                 false,
             );
-            match Box::pin(set).await.map_err(|e| self.error(e)) {
-                Ok(Value::String(s)) if s == "OK" => return Vote::Granted,
-                Ok(Value::Null) => return Vote::Refused,
-                other => other,
-            }
+            let reply = Box::pin(set).await.map_err(|e| self.error(e));
+            reply::set_nx(&self.name, reply)
         } else {
             let scripts = crate::scripts::Scripts::get();
-            self.script(&scripts.acquire_many, held, Some(ttl_ms), timeout)
-                .await
-        };
-        self.vote(reply)
+            let reply = self
+                .script(&scripts.acquire_many, held, Some(ttl_ms), timeout)
+                .await;
+            reply::vote(&self.name, reply)
+        }
     }
 
     async fn acquire_fenced(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Acquired {
@@ -355,26 +320,7 @@ impl Node {
         let reply = self
             .script_on(&scripts.acquire_fenced, &keys, &argv, timeout)
             .await;
-        match reply {
-            Ok(Value::Array(parts)) => match parts.split_first() {
-                Some((Value::Integer(1), counters)) if counters.len() == held.keys.len() => {
-                    match counters.iter().map(counter).collect::<Option<Vec<u64>>>() {
-                        Some(counters) => Acquired {
-                            vote: Vote::Granted,
-                            counters: Some(counters),
-                        },
-                        // Set, but a counter is garbage: not a grant (and released as unknown).
-                        None => Acquired::plain(Vote::Failed(
-                            self.unexpected("numeric fencing counters"),
-                        )),
-                    }
-                }
-                Some((Value::Integer(0), [])) => Acquired::plain(Vote::Refused),
-                _ => Acquired::plain(Vote::Failed(self.unexpected("{1, counters...} or {0}"))),
-            },
-            Ok(_) => Acquired::plain(Vote::Failed(self.unexpected("an array"))),
-            Err(e) => Acquired::plain(Vote::Failed(e)),
-        }
+        reply::fenced_acquire(&self.name, reply, held.keys.len())
     }
 
     /// Raises each fencing counter to at least its token (a max-register). Granted when done.
@@ -389,14 +335,10 @@ impl Node {
         let scripts = crate::scripts::Scripts::get();
         let keys: Vec<&str> = fence.0.iter().map(String::as_str).collect();
         let argv: Vec<Value> = fence.1.iter().map(|t| Value::Integer(*t as i64)).collect();
-        match self
+        let reply = self
             .script_on(&scripts.fence_raise, &keys, &argv, timeout)
-            .await
-        {
-            Ok(Value::Integer(1)) => Vote::Granted,
-            Ok(_) => Vote::Failed(self.unexpected("1")),
-            Err(e) => Vote::Failed(e),
-        }
+            .await;
+        reply::fence_raised(&self.name, reply)
     }
 
     /// Takes the first free slot of a semaphore, in the order given.
@@ -424,25 +366,7 @@ impl Node {
         let reply = self
             .script_on(&scripts.sem_acquire, &keys, &argv, timeout)
             .await;
-        match reply {
-            Ok(Value::Array(parts)) => match parts.as_slice() {
-                [Value::Integer(1), Value::Integer(pos), c] => {
-                    match (usize::try_from(*pos).ok(), counter(c)) {
-                        (Some(position), Some(counter)) if position < req.slot_keys.len() => {
-                            Slot::Took { position, counter }
-                        }
-                        _ => Slot::Failed(self.unexpected("a slot position and a counter")),
-                    }
-                }
-                [Value::Integer(0)] => Slot::Full,
-                [Value::Integer(-1), permits] => {
-                    Slot::Mismatch(permits.as_str().map(|p| p.into_owned()).unwrap_or_default())
-                }
-                _ => Slot::Failed(self.unexpected("{1, slot, counter}, {0} or {-1, permits}")),
-            },
-            Ok(_) => Slot::Failed(self.unexpected("an array")),
-            Err(e) => Slot::Failed(e),
-        }
+        reply::slot(&self.name, reply, req.slot_keys.len())
     }
 
     /// Reads several keys atomically: per key `Some((value, pttl_ms))`, or `None` when absent.
@@ -460,24 +384,8 @@ impl Node {
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         let reply = self
             .script_on(&scripts.view_many, &refs, &[], timeout)
-            .await?;
-        let Value::Array(parts) = reply else {
-            return Err(self.unexpected("an array"));
-        };
-        if parts.len() != 2 * keys.len() {
-            return Err(self.unexpected("a value and a pttl per key"));
-        }
-        parts
-            .chunks(2)
-            .map(|pair| match pair {
-                [Value::Null, _] => Ok(None),
-                [value, Value::Integer(pttl)] => match value.as_str() {
-                    Some(v) => Ok(Some((v.into_owned(), *pttl))),
-                    None => Err(self.unexpected("a string value")),
-                },
-                _ => Err(self.unexpected("[value, pttl]")),
-            })
-            .collect()
+            .await;
+        reply::views(&self.name, reply, keys.len())
     }
 
     /// Resets the TTL of every key if all still hold our token; never re-creates a key.
@@ -494,13 +402,12 @@ impl Node {
         let reply = self
             .script(&scripts.extend, &held, Some(ttl_ms), timeout)
             .await;
-        self.vote(reply)
+        reply::vote(&self.name, reply)
     }
 
     /// Deletes the keys that still hold our token. Granted when every key was ours.
     pub(crate) async fn release(self: Arc<Self>, held: Arc<Held>, timeout: Duration) -> Vote {
         let scripts = crate::scripts::Scripts::get();
-        let all = held.keys.len() as i64;
         // Sent even to a duplicate (it only deletes our own token), but a duplicate's answer
         // is never counted.
         let counts = self.state.counts();
@@ -510,12 +417,7 @@ impl Node {
                 return Vote::Failed(e.clone());
             }
         }
-        match reply {
-            Ok(Value::Integer(n)) if n == all => Vote::Granted,
-            Ok(Value::Integer(n)) if (0..all).contains(&n) => Vote::Refused,
-            Ok(_) => Vote::Failed(self.unexpected("the number of keys deleted")),
-            Err(e) => Vote::Failed(e),
-        }
+        reply::released(&self.name, reply, held.keys.len())
     }
 
     /// Who holds `key` here: `Some((token, pttl_ms))`, or `None` when the key does not exist.
@@ -537,35 +439,8 @@ impl Node {
             fence_keys: Vec::new(),
         };
         // INSPECT takes no ARGV, but `script` always appends the token; Redis ignores it.
-        match self.script(&scripts.inspect, &held, None, timeout).await? {
-            Value::Array(parts) => match parts.as_slice() {
-                [Value::Null, _] => Ok(None),
-                [value, Value::Integer(pttl)] => match value.as_str() {
-                    Some(token) => Ok(Some((token.into_owned(), *pttl))),
-                    None => Err(self.unexpected("a string value")),
-                },
-                _ => Err(self.unexpected("[value, pttl]")),
-            },
-            _ => Err(self.unexpected("an array")),
-        }
-    }
-
-    /// Replies of the 1/0 scripts: 1 granted, 0 refused, anything else is a failure (never a grant).
-    fn vote(&self, reply: Result<Value, NodeError>) -> Vote {
-        match reply {
-            Ok(Value::Integer(1)) => Vote::Granted,
-            Ok(Value::Integer(0)) => Vote::Refused,
-            Ok(_) => Vote::Failed(self.unexpected("OK, nil, 0 or 1")),
-            Err(e) => Vote::Failed(e),
-        }
-    }
-
-    fn unexpected(&self, wanted: &str) -> NodeError {
-        NodeError {
-            node: self.name.clone(),
-            kind: NodeErrorKind::UnexpectedReply,
-            message: format!("expected {wanted}"),
-        }
+        let reply = self.script(&scripts.inspect, &held, None, timeout).await;
+        reply::holder(&self.name, reply)
     }
 
     fn error(&self, e: fred::error::Error) -> NodeError {

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 /// Bottom to top; modules on one line share a layer and do not refer to each other.
 const LAYERS: &[&[&str]] = &[
     &["error"],
-    &["endpoint", "scripts", "connection"],
+    &["endpoint", "scripts", "connection", "reply"],
     &["node", "quorum"],
-    &["background"],
+    &["background", "pacing"],
     &["redlock"],
     &["lock", "inspect"],
     &["keepalive"],
