@@ -141,6 +141,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
     ));
 
+    // Semaphores and reserved names.
+    rows.push((
+        "semaphore with 0 permits",
+        err(redlock.semaphore("pool:api", 0).map(|_| ())),
+    ));
+    let four = redlock.semaphore("pool:api", 4)?;
+    let permit = four.acquire(ttl).await?;
+    rows.push((
+        "the same semaphore with another number of permits",
+        err(redlock.semaphore("pool:api", 2)?.acquire(ttl).await),
+    ));
+    permit.release().await?;
+    rows.push((
+        "a resource name in the reserved ~ namespace",
+        err(redlock.acquire("~fence:orders:42", ttl).await),
+    ));
+
     println!("| case | message |");
     println!("|---|---|");
     for (case, message) in rows {
