@@ -183,7 +183,7 @@ pub(crate) async fn retry_release<R: Releaser>(
 ) {
     let mut pause = Duration::from_millis(10);
     while !nodes.is_empty() && !inner.background().is_closed() {
-        if Instant::now() + pause >= until {
+        if Instant::now().checked_add(pause).is_none_or(|t| t >= until) {
             tracing::debug!(keys = ?held.keys, ?nodes, "fredlock: release retries given up; the keys expire with their TTL");
             return;
         }

@@ -275,18 +275,15 @@ struct Holder {
 
 impl Holder {
     fn lock(&mut self) -> &mut Lock {
-        // ok: `lock` is `None` only after `hand_back`, which consumes the holder.
-        self.lock
-            .as_mut()
-            .expect("the lock is present until handed back")
+        // `lock` is `None` only after `hand_back`, which consumes the holder.
+        let present = self.lock.as_mut();
+        present.expect("the lock is present until handed back") // ok: see above
     }
 
     /// Ends the task normally: the lock goes back to whoever awaits the task.
     fn hand_back(mut self) -> Lock {
-        // ok: see `lock`.
-        self.lock
-            .take()
-            .expect("the lock is present until handed back")
+        let present = self.lock.take();
+        present.expect("the lock is present until handed back") // ok: see `lock`
     }
 }
 
