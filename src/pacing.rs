@@ -269,7 +269,7 @@ mod tests {
         let ttl = Duration::from_secs(30);
         let p = pacing(ttl, None, None);
         let t0 = Instant::now();
-        let deadline = t0 + ttl;
+        let deadline = t0.checked_add(ttl).expect("a 30 s TTL");
         assert_eq!(p.renew_at(deadline, t0), t0 + Duration::from_secs(20));
         // A round that just ran pushes the next one at least ttl / 10 later.
         let last = t0 + Duration::from_secs(19);
@@ -284,7 +284,7 @@ mod tests {
         let t0 = Instant::now();
         let end = t0 + Duration::from_secs(14);
         let p = pacing(ttl, None, Some(end));
-        let deadline = t0 + ttl;
+        let deadline = t0.checked_add(ttl).expect("a 30 s TTL");
         assert_eq!(p.round_ttl(t0), ttl);
         assert_eq!(
             p.round_ttl(t0 + Duration::from_secs(7)),
