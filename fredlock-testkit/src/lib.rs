@@ -14,6 +14,14 @@
 //!   just enough RESP2 ([`LocalNodes::command`], [`RespValue`]) to inspect or
 //!   poke a node without going through fred. All processes are killed when it
 //!   is dropped.
+//! * [`LocalCluster`] starts a local Redis Cluster of N primaries (cluster mode, free loopback
+//!   ports, the slots split evenly) to use as ONE Redlock node (`url()` is a
+//!   `redis-cluster://` URL), with shard control ([`kill_shard`](LocalCluster::kill_shard),
+//!   [`pause_shard`](LocalCluster::pause_shard), [`restart_shard`](LocalCluster::restart_shard):
+//!   back empty, with its slots) and slot migrations held half-way
+//!   ([`begin_migration`](LocalCluster::begin_migration)), so that clients meet `MOVED` and `ASK`
+//!   redirects. [`resp_pipeline`] sends several commands on one connection (e.g. `ASKING` and
+//!   the command it allows).
 //! * [`FaultProxy`] is an in-process TCP proxy in front of a node whose
 //!   [`Fault`] (latency, blackhole, dropped or held replies, connection
 //!   resets) can be switched at run time. No root or `tc` needed.
@@ -61,11 +69,15 @@
 #![allow(unsafe_code)]
 
 pub mod checker;
+mod cluster;
 pub mod demo;
 mod proxy;
 mod server;
 pub mod strawman;
 pub mod torture;
 
+pub use cluster::{LocalCluster, Migration, CLUSTER_SLOTS};
 pub use proxy::{Blackhole, Fault, FaultProxy};
-pub use server::{env_nodes, from_env_or_start, resp_command, LocalNodes, RespValue, TestNodes};
+pub use server::{
+    env_nodes, from_env_or_start, resp_command, resp_pipeline, LocalNodes, RespValue, TestNodes,
+};

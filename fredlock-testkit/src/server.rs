@@ -161,14 +161,47 @@ pub async fn resp_command(
 }
 
 async fn resp_round_trip(addr: SocketAddr, args: &[&str]) -> io::Result<RespValue> {
+    let mut replies = resp_pipeline_round_trip(addr, &[args]).await?;
+    Ok(replies.remove(0))
+}
+
+/// Sends several commands to `addr` over ONE fresh connection, in order, and reads one reply
+/// per command, bounded by `timeout` as a whole (error kind `TimedOut`). For commands whose
+/// effect lasts only for the connection, e.g. `ASKING` before a command on a cluster shard
+/// that is importing a slot.
+pub async fn resp_pipeline(
+    addr: SocketAddr,
+    commands: &[&[&str]],
+    timeout: Duration,
+) -> io::Result<Vec<RespValue>> {
+    match tokio::time::timeout(timeout, resp_pipeline_round_trip(addr, commands)).await {
+        Ok(result) => result,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no replies from {addr} within {timeout:?} to {commands:?}"),
+        )),
+    }
+}
+
+async fn resp_pipeline_round_trip(
+    addr: SocketAddr,
+    commands: &[&[&str]],
+) -> io::Result<Vec<RespValue>> {
     let mut stream = TcpStream::connect(addr).await?;
-    stream.write_all(&RespValue::encode_command(args)).await?;
+    let request: Vec<u8> = commands
+        .iter()
+        .flat_map(|args| RespValue::encode_command(args))
+        .collect();
+    stream.write_all(&request).await?;
     let mut buf = Vec::with_capacity(512);
-    loop {
+    let mut replies = Vec::with_capacity(commands.len());
+    while replies.len() < commands.len() {
         // Replies may arrive in several TCP segments: re-parse after each read
         // until a whole value is buffered.
-        if let Some((value, _)) = RespValue::parse(&buf)? {
-            return Ok(value);
+        if let Some((value, used)) = RespValue::parse(&buf)? {
+            buf.drain(..used);
+            replies.push(value);
+            continue;
         }
         if stream.read_buf(&mut buf).await? == 0 {
             return Err(io::Error::new(
@@ -177,6 +210,7 @@ async fn resp_round_trip(addr: SocketAddr, args: &[&str]) -> io::Result<RespValu
             ));
         }
     }
+    Ok(replies)
 }
 
 /// One redis-server process slot. The slot (port, data dir) outlives the
@@ -184,7 +218,10 @@ async fn resp_round_trip(addr: SocketAddr, args: &[&str]) -> io::Result<RespValu
 #[derive(Debug)]
 struct Node {
     port: u16,
-    /// Data dir handed to `--dir`; wiped before every (re)start.
+    /// Cluster-bus port (`--cluster-port`), in cluster mode only.
+    bus_port: Option<u16>,
+    /// Data dir handed to `--dir`; wiped before every (re)start (in cluster mode, a restart
+    /// keeps its `nodes.conf`).
     dir: PathBuf,
     /// stdout/stderr of every run of this node, appended.
     log: PathBuf,
@@ -275,9 +312,25 @@ pub struct LocalNodes {
     /// Root temp dir holding every node's data dir and log.
     root: PathBuf,
     nodes: Vec<Node>,
-    /// Append-only file with `fsync` on every write; restarts keep the data.
-    durable: bool,
+    options: Options,
 }
+
+/// How [`LocalNodes`] runs its servers. Crate-internal: [`LocalCluster`](crate::LocalCluster)
+/// uses the cluster settings.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Options {
+    /// Append-only file with `fsync` on every write; restarts keep the data.
+    pub(crate) durable: bool,
+    /// Cluster mode (`--cluster-enabled yes`): every node also gets a free cluster-bus port, and
+    /// a restart keeps the node's `nodes.conf` (its identity, its peers and its slots) while its
+    /// data is still dropped, as a shard without persistence that crashes and restarts.
+    pub(crate) cluster: bool,
+    /// Appended to every node's command line (e.g. cluster timeouts).
+    pub(crate) extra_args: Vec<String>,
+}
+
+/// The cluster configuration file of a node in cluster mode, inside its data dir.
+const CLUSTER_CONFIG_FILE: &str = "nodes.conf";
 
 impl LocalNodes {
     /// Starts `n` redis-server processes on free `127.0.0.1` ports and waits
@@ -286,7 +339,7 @@ impl LocalNodes {
     /// The binary is `redis-server` from `PATH`, or the path in the
     /// `FREDLOCK_REDIS_SERVER` environment variable.
     pub async fn start(n: usize) -> io::Result<LocalNodes> {
-        Self::start_with(n, false).await
+        Self::start_with(n, Options::default()).await
     }
 
     /// As [`start`](Self::start), but every node persists each write before answering
@@ -295,10 +348,14 @@ impl LocalNodes {
     /// configuration fencing counters need (they never expire, so only durability protects
     /// them across a crash). Every write costs an `fsync`: expect about 10,000 writes/s.
     pub async fn start_durable(n: usize) -> io::Result<LocalNodes> {
-        Self::start_with(n, true).await
+        let options = Options {
+            durable: true,
+            ..Options::default()
+        };
+        Self::start_with(n, options).await
     }
 
-    async fn start_with(n: usize, durable: bool) -> io::Result<LocalNodes> {
+    pub(crate) async fn start_with(n: usize, options: Options) -> io::Result<LocalNodes> {
         let bin = std::env::var_os(SERVER_BIN_ENV)
             .filter(|b| !b.is_empty())
             .unwrap_or_else(|| "redis-server".into());
@@ -316,12 +373,16 @@ impl LocalNodes {
             bin,
             root,
             nodes: Vec::with_capacity(n),
-            durable,
+            options,
         };
-        let ports = pick_free_ports(n)?;
+        // In cluster mode, a second port per node for the cluster bus: the default (port +
+        // 10000) is past 65535 for most ephemeral ports.
+        let mut ports = pick_free_ports(if nodes.options.cluster { 2 * n } else { n })?;
+        let bus_ports = ports.split_off(n);
         for (i, port) in ports.into_iter().enumerate() {
             let node = Node {
                 port,
+                bus_port: bus_ports.get(i).copied(),
                 dir: nodes.root.join(format!("node{i}")),
                 log: nodes.root.join(format!("node{i}.log")),
                 child: Mutex::new(None),
@@ -345,6 +406,11 @@ impl LocalNodes {
     /// TCP port of node `i`. Panics if `i >= len()`.
     pub fn port(&self, i: usize) -> u16 {
         self.nodes[i].port
+    }
+
+    /// Cluster-bus port of node `i` in cluster mode. Panics if `i >= len()`.
+    pub(crate) fn bus_port(&self, i: usize) -> Option<u16> {
+        self.nodes[i].bus_port
     }
 
     /// Socket address of node `i` (e.g. the upstream of a
@@ -528,13 +594,17 @@ impl LocalNodes {
             attempts += 1;
             let node = &self.nodes[i];
             // Fresh data dir, unless a durable node restarts: whatever a previous run left
-            // must not come back.
-            if may_move || !self.durable {
+            // must not come back. A cluster node restarting keeps only its `nodes.conf`.
+            if may_move {
+                let _ = fs::remove_dir_all(&node.dir);
+            } else if self.options.cluster && !self.options.durable {
+                remove_all_but(&node.dir, CLUSTER_CONFIG_FILE)?;
+            } else if !self.options.durable {
                 let _ = fs::remove_dir_all(&node.dir);
             }
             fs::create_dir_all(&node.dir)?;
             let log_start = log_len(&node.log);
-            let mut child = spawn_server(&self.bin, node.port, &node.dir, &node.log, self.durable)?;
+            let mut child = spawn_server(&self.bin, node, &self.options)?;
             match wait_ready(&mut child, node.port, deadline).await {
                 Ok(()) => {
                     *lock(&node.child) = Some(child);
@@ -547,8 +617,12 @@ impl LocalNodes {
                         || log_tail.contains("Address already in use");
                     if port_taken && Instant::now() < deadline {
                         if may_move && attempts < PORT_ATTEMPTS {
-                            // Lost the race for the port between picking and binding.
-                            self.nodes[i].port = pick_free_ports(1)?[0];
+                            // Lost the race for the port (or the bus port) between picking and
+                            // binding.
+                            let fresh = pick_free_ports(2)?;
+                            let node = &mut self.nodes[i];
+                            node.port = fresh[0];
+                            node.bus_port = node.bus_port.map(|_| fresh[1]);
                             continue;
                         }
                         if !may_move {
@@ -605,23 +679,49 @@ fn pick_free_ports(n: usize) -> io::Result<Vec<u16>> {
         .collect()
 }
 
-fn spawn_server(
-    bin: &OsString,
-    port: u16,
-    dir: &Path,
-    log: &Path,
-    durable: bool,
-) -> io::Result<Child> {
-    let out = OpenOptions::new().create(true).append(true).open(log)?;
+/// Removes everything in `dir` except the file `keep` (a missing `dir` is fine).
+fn remove_all_but(dir: &Path, keep: &str) -> io::Result<()> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        if entry.file_name() == keep {
+            continue;
+        }
+        if entry.file_type()?.is_dir() {
+            fs::remove_dir_all(entry.path())?;
+        } else {
+            fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+fn spawn_server(bin: &OsString, node: &Node, options: &Options) -> io::Result<Child> {
+    let out = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&node.log)?;
     let err = out.try_clone()?;
-    let aof: &[&str] = if durable {
+    let aof: &[&str] = if options.durable {
         &["--appendonly", "yes", "--appendfsync", "always"]
     } else {
         &["--appendonly", "no"]
     };
+    let mut cluster = Vec::new();
+    if options.cluster {
+        cluster.extend(["--cluster-enabled", "yes", "--cluster-config-file"].map(String::from));
+        cluster.push(CLUSTER_CONFIG_FILE.to_owned());
+        if let Some(bus) = node.bus_port {
+            cluster.extend(["--cluster-port".to_owned(), bus.to_string()]);
+        }
+    }
     Command::new(bin)
         .arg("--port")
-        .arg(port.to_string())
+        .arg(node.port.to_string())
         .args(["--bind", "127.0.0.1"])
         .args(["--save", ""])
         .args(aof)
@@ -630,7 +730,9 @@ fn spawn_server(
         .args(["--enable-debug-command", "local"])
         .args(["--loglevel", "warning"])
         .arg("--dir")
-        .arg(dir)
+        .arg(&node.dir)
+        .args(&cluster)
+        .args(&options.extra_args)
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
