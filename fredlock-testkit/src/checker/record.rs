@@ -63,7 +63,7 @@ impl Checker {
             granted_at: started_at,
             deadline: handle.deadline(),
         });
-        // t0 <= started_at, so deadline = t0 + validity <= started_at + validity.
+        // t0 <= started_at, so the deadline (t0 plus validity) <= started_at plus validity.
         let bound = started_at + self.validity(ttl);
         if handle.deadline() > bound {
             self.violation(
@@ -85,8 +85,9 @@ impl Checker {
         *s.checks.entry("S2 deadline").or_default() += 1;
         if let Some(t0) = record.t0 {
             // S2, with the library's own arithmetic: validity = ttl - (ttl * df + 2 ms).
-            let bound = t0 + self.validity(record.ttl);
-            if record.deadline > bound || record.t0 > Some(record.granted_at) {
+            // A bound past the end of time (a TTL near Duration::MAX) bounds nothing.
+            let bound = t0.checked_add(self.validity(record.ttl));
+            if bound.is_some_and(|b| record.deadline > b) || record.t0 > Some(record.granted_at) {
                 let detail = format!(
                     "grant #{id} client {} {:?}: t0 {} granted {} deadline {} > bound {} (ttl {:?}, drift factor {})",
                     record.client,
@@ -94,7 +95,7 @@ impl Checker {
                     self.rel(t0),
                     self.rel(record.granted_at),
                     self.rel(record.deadline),
-                    self.rel(bound),
+                    bound.map_or("none".to_string(), |b| self.rel(b)),
                     record.ttl,
                     self.drift_factor
                 );

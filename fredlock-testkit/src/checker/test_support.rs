@@ -36,8 +36,8 @@ pub(super) fn grant(
         resources: vec!["r".into()],
         ttl: TTL,
         t0: Some(t0),
-        granted_at: t0 + granted,
-        deadline: t0 + c.validity(TTL),
+        granted_at: t0.checked_add(granted).expect("a test's small offset"),
+        deadline: t0.checked_add(c.validity(TTL)).expect("a test's small TTL"),
     })
 }
 

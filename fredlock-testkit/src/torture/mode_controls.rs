@@ -139,7 +139,7 @@ fn record_admitted(checker: &Checker, client: usize, t0: Instant, what: String) 
         ttl: TTL,
         t0: Some(t0),
         granted_at: Instant::now(),
-        deadline: t0 + checker.validity(TTL),
+        deadline: t0.checked_add(checker.validity(TTL)).unwrap_or(t0),
     })
 }
 
