@@ -18,12 +18,14 @@
 //! - An observer `Redlock` straight on the nodes (no proxy) inspects keys for the checks.
 //!
 //! # The schedule
-//! One seeded `StdRng` generates, before anything runs, a list of fault episodes on three
+//! One seeded `StdRng` generates, before anything runs, a list of fault episodes on several
 //! lanes: lane 0 holds node faults (kill with a DELAYED restart, SIGSTOP, a partition of every
 //! client from some nodes, SCRIPT FLUSH), one at a time and on a minority of the nodes, except
 //! the row 3 and row 5 episodes that take a majority (nothing can be granted then, which the
-//! checker verifies). Lanes 1 and 2 hold per-client network faults (held replies, latency,
-//! dropped replies, resets), each lane on its own half of the clients. Each client draws its
+//! checker verifies). Lanes 1 and up (one per 4 clients, at least 2) hold per-client network
+//! faults (held replies, latency, dropped replies, resets), each lane on its own share of the
+//! clients. Episode lengths and gaps are sized in units of the longest TTL, so the run spends
+//! its time on many short episodes rather than a few long ones. Each client draws its
 //! operations from its own seeded `StdRng`. So a seed replays the same fault schedule and the
 //! same sequence of operations per client; what it cannot replay is timing (which operation is
 //! in flight when a fault hits).
@@ -50,7 +52,10 @@
 //! leave no key on any node whose state and link did not change meanwhile. Every critical section is a
 //! non-atomic read-modify-write of a counter on the data node, done only while the lock still
 //! has a guard of validity left (so a holder does not act past its deadline: row 10 is not
-//! covered by Redlock, and this run is about what Redlock does guarantee).
+//! covered by Redlock, and this run is about what Redlock does guarantee). Also a permit of one
+//! of two semaphores (2 and 3 permits) held a while; and, in fencing mode
+//! ([`TortureConfig::fencing`]: durable nodes), a fenced lock whose holder writes its token to a
+//! fenced register on the data node, sometimes only after stalling past its deadline.
 
 use std::io;
 use std::sync::Arc;
