@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::unique;
 use fredlock::Redlock;
 use fredlock_testkit::strawman::NaiveSemaphore;
-use fredlock_testkit::{Fault, FaultProxy, LocalNodes};
+use fredlock_testkit::{FaultProxy, LocalNodes};
 
 const VIEWS: [[usize; 2]; 3] = [[0, 1], [1, 2], [0, 2]];
 const TTL: Duration = Duration::from_secs(10);
@@ -46,15 +46,9 @@ async fn per_node_counting_admits_too_many_and_slots_do_not() {
     let mut holders = Vec::new();
     let mut proxies = Vec::new();
     for view in VIEWS {
-        let mut urls = Vec::new();
-        for i in 0..3 {
-            let proxy = FaultProxy::start(nodes.addr(i)).await.expect("proxy");
-            if !view.contains(&i) {
-                proxy.set(Fault::Reset);
-            }
-            urls.push(proxy.url());
-            proxies.push(proxy);
-        }
+        let mine = FaultProxy::partition(&nodes, &view).await.expect("proxies");
+        let urls: Vec<String> = mine.iter().map(FaultProxy::url).collect();
+        proxies.extend(mine);
         let redlock = Redlock::builder()
             .nodes(urls)
             .retry(common::retry(20, 5, 5))

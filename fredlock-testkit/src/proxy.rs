@@ -98,6 +98,24 @@ impl FaultProxy {
         })
     }
 
+    /// One proxy per node of `nodes`; those not in `reachable` reset every connection: a
+    /// client over their URLs is partitioned from all nodes but `reachable` (a minority
+    /// partition seen from one client). Keep the proxies alive as long as the client is used.
+    pub async fn partition(
+        nodes: &crate::LocalNodes,
+        reachable: &[usize],
+    ) -> io::Result<Vec<FaultProxy>> {
+        let mut proxies = Vec::with_capacity(nodes.len());
+        for i in 0..nodes.len() {
+            let proxy = FaultProxy::start(nodes.addr(i)).await?;
+            if !reachable.contains(&i) {
+                proxy.set(Fault::Reset);
+            }
+            proxies.push(proxy);
+        }
+        Ok(proxies)
+    }
+
     /// The proxy's listening address.
     pub fn addr(&self) -> SocketAddr {
         self.addr

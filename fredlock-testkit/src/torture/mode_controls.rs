@@ -20,7 +20,7 @@ use super::env::io_err;
 use super::schedule::ms;
 use crate::checker::{Checker, CheckerReport, GrantKind, GrantRecord, ViolationKind};
 use crate::strawman::{NaiveFencing, NaiveSemaphore};
-use crate::{Fault, FaultProxy, LocalNodes};
+use crate::{FaultProxy, LocalNodes};
 
 /// Three holders of a 2-permit semaphore, each reaching a different majority of three nodes.
 const SEMAPHORE_VIEWS: [[usize; 2]; 3] = [[0, 1], [1, 2], [0, 2]];
@@ -85,18 +85,9 @@ async fn reaching(
     view: &[usize],
     fencing: bool,
 ) -> io::Result<(Redlock, Vec<FaultProxy>)> {
-    let mut urls = Vec::new();
-    let mut proxies = Vec::new();
-    for i in 0..nodes.len() {
-        let proxy = FaultProxy::start(nodes.addr(i)).await?;
-        if !view.contains(&i) {
-            proxy.set(Fault::Reset);
-        }
-        urls.push(proxy.url());
-        proxies.push(proxy);
-    }
+    let proxies = FaultProxy::partition(nodes, view).await?;
     let redlock = Redlock::builder()
-        .nodes(urls)
+        .nodes(proxies.iter().map(FaultProxy::url))
         .node_timeout(ms(200))
         .connect_wait(ms(300))
         .fencing_tokens(fencing)
