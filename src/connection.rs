@@ -148,6 +148,38 @@ impl State {
         }
     }
 
+    /// Whether [`close`](Self::close) was called; resolves at once when it was.
+    pub(crate) async fn closed(&self) {
+        let mut rx = self.closed.subscribe();
+        let _ = rx.wait_for(|c| *c).await;
+    }
+
+    /// Whether [`close`](Self::close) was called.
+    pub(crate) fn is_closed(&self) -> bool {
+        *self.closed.borrow()
+    }
+
+    /// A node identified by other means than `INFO` (a cluster: by its node ids): records `id`
+    /// like a `run_id`, clears the cause and marks the node up.
+    pub(crate) fn identified(&self, id: String) {
+        let identity = self.servers.record(self.index, &self.name, id);
+        warn_identity(&self.name, &identity);
+        self.started
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.set_cause(None);
+        self.identity.send_replace(identity);
+        self.link.send_replace(Link::Up);
+    }
+
+    /// A failed attempt of a connect loop other than [`spawn`]'s: records the cause, and marks
+    /// the node down while it has never been up.
+    pub(crate) fn failed(&self, e: &NodeError) {
+        self.set_cause(Some((e.kind, e.message.clone())));
+        if *self.link.borrow() != Link::Up {
+            self.link.send_replace(Link::Down);
+        }
+    }
+
     /// Turns a fred error into a [`NodeError`] with the most useful words: a command refused
     /// because the connection is down carries the connection's own cause (`WRONGPASS ...`,
     /// `Connection refused`) instead of fred's generic "Connection closed unexpectedly.".
@@ -270,6 +302,29 @@ fn os_code(details: &str) -> Option<i64> {
     digits.parse().ok()
 }
 
+/// A fred client for `config` with fredlock's settings; connecting happens later.
+pub(crate) fn client(mut config: fred::prelude::Config) -> Result<Client, fred::error::Error> {
+    // The first attempt is made at once and its failure reported (fred's reconnect policy
+    // would sleep before even the first attempt); fredlock's connect loop retries it.
+    config.fail_fast = true;
+    fred::types::Builder::from_config(config)
+        .set_policy(fred::prelude::ReconnectPolicy::new_exponential(
+            0, 50, 2_000, 2,
+        ))
+        .with_connection_config(|c| {
+            c.connection_timeout = Duration::from_secs(2);
+            c.internal_command_timeout = Duration::from_secs(2);
+            c.max_command_attempts = 1;
+            c.max_command_buffer_len = 100_000;
+            c.tcp.nodelay = Some(true);
+        })
+        .with_performance_config(|p| {
+            // A safety net only: every fredlock command carries its own timeout.
+            p.default_command_timeout = Duration::from_secs(5);
+        })
+        .build()
+}
+
 /// Starts the connect loop for `client` (always; an already connected client skips to
 /// identification). It never waits. The first attempt is made at once; failed attempts are
 /// retried with backoff (50 ms doubling to 2 s), each cause recorded; once connected the server
@@ -379,17 +434,21 @@ async fn identify(client: &Client, state: &State) {
                 continue;
             }
         };
-        match &identity {
-            Identity::Duplicate { of, name, run_id } => {
-                tracing::warn!(node = %state.name, other = %name, other_index = of, %run_id, "fredlock: this node is the same server as another entry; it is not counted");
-            }
-            Identity::Unverifiable => {
-                tracing::warn!(node = %state.name, "fredlock: cannot read INFO on this node (allow the INFO command for this user); a duplicate entry for the same server would not be detected");
-            }
-            _ => {}
-        }
+        warn_identity(&state.name, &identity);
         state.identity.send_replace(identity);
         return;
+    }
+}
+
+fn warn_identity(node: &str, identity: &Identity) {
+    match identity {
+        Identity::Duplicate { of, name, run_id } => {
+            tracing::warn!(node = %node, other = %name, other_index = of, %run_id, "fredlock: this node is the same server as another entry; it is not counted");
+        }
+        Identity::Unverifiable => {
+            tracing::warn!(node = %node, "fredlock: cannot read INFO on this node (allow the INFO command for this user); a duplicate entry for the same server would not be detected");
+        }
+        _ => {}
     }
 }
 

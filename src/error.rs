@@ -200,6 +200,15 @@ pub enum InvalidInput {
     /// counters, semaphore slots).
     #[error("resource name {0:?} starts with '~', which is reserved for fredlock's own keys")]
     ReservedResource(String),
+    /// On a Redlock with a Redis Cluster node, keys that one script must take together (a lock
+    /// key and its fencing counter, or a semaphore's keys) fall in different hash slots. fredlock
+    /// names its own keys to share the slot; only a key prefix with an unbalanced `{` or `}`
+    /// defeats that.
+    #[error("keys {keys:?} must share one hash slot on a Redis Cluster node and do not: use a key prefix without '{{' or '}}', or one with a complete hash tag such as \"{{locks}}:\" (then every key lands in one slot)")]
+    CrossSlot {
+        /// The keys.
+        keys: Vec<String>,
+    },
     /// A semaphore with zero permits.
     #[error("a semaphore needs at least 1 permit")]
     ZeroPermits,

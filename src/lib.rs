@@ -63,6 +63,7 @@
 #![deny(unsafe_code)]
 
 mod background;
+mod cluster;
 pub mod config;
 mod connection;
 mod election;
@@ -78,6 +79,7 @@ mod redlock;
 mod reply;
 mod scripts;
 mod semaphore;
+mod slots;
 mod with_lock;
 
 pub use config::{Builder, Retry};

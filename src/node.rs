@@ -21,11 +21,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::{
-    ClientLike, Config, Expiration, KeysInterface, Options, ReconnectPolicy, ServerConfig,
-    SetOptions, Value,
+    ClientLike, Config, Expiration, KeysInterface, Options, ServerConfig, SetOptions, Value,
 };
 use fred::types::{ClusterHash, CustomCommand};
 
+use crate::cluster::Shards;
 use crate::connection::{self, Link, Servers, State};
 use crate::error::{InvalidInput, NodeError, NodeErrorKind, Vote};
 use crate::reply;
@@ -34,9 +34,17 @@ use crate::scripts::Script;
 pub(crate) use crate::reply::{Acquired, Slot};
 pub use fred::clients::Client;
 
+/// How a node reaches its data.
+enum Backend {
+    /// One server (or a sentinel group) behind one fred client.
+    Server(Client),
+    /// A Redis Cluster: fredlock routes by slot itself (see `cluster`).
+    Cluster(Arc<Shards>),
+}
+
 /// One configured Redis node.
 pub(crate) struct Node {
-    client: Client,
+    backend: Backend,
     /// `host:port/db`, safe to log.
     pub(crate) name: String,
     /// The server's address without the database index (`host:port`, or the sorted hosts of a
@@ -59,12 +67,17 @@ impl std::fmt::Debug for Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.state.close();
-        if self.should_quit() {
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                let client = self.client.clone();
-                rt.spawn(async move {
-                    let _ = client.quit().await;
-                });
+        match &self.backend {
+            Backend::Cluster(shards) => shards.close_now(),
+            Backend::Server(client) => {
+                if self.should_quit() {
+                    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                        let client = client.clone();
+                        rt.spawn(async move {
+                            let _ = client.quit().await;
+                        });
+                    }
+                }
             }
         }
     }
@@ -79,6 +92,42 @@ pub(crate) struct Held {
     pub(crate) resources: Vec<String>,
     /// With fencing: each key's counter key, in the same order; empty otherwise.
     pub(crate) fence_keys: Vec<String>,
+}
+
+impl Held {
+    /// The keys at positions `idx` (one hash slot's share of a multi-resource lock).
+    fn subset(&self, idx: &[usize]) -> Held {
+        let pick = |v: &[String]| -> Vec<String> {
+            if v.len() == self.keys.len() {
+                idx.iter().map(|&i| v[i].clone()).collect()
+            } else {
+                v.to_vec()
+            }
+        };
+        Held {
+            keys: pick(&self.keys),
+            token: self.token.clone(),
+            resources: pick(&self.resources),
+            fence_keys: if self.fence_keys.is_empty() {
+                Vec::new()
+            } else {
+                pick(&self.fence_keys)
+            },
+        }
+    }
+}
+
+/// One node's vote from its slots' votes: failed if any failed, refused if any refused.
+fn all(votes: Vec<Vote>) -> Vote {
+    let mut out = Vote::Granted;
+    for vote in votes {
+        match vote {
+            Vote::Failed(e) => return Vote::Failed(e),
+            Vote::Refused => out = Vote::Refused,
+            Vote::Granted | Vote::Pending => {}
+        }
+    }
+    out
 }
 
 /// A semaphore slot request, the same for every node of one attempt.
@@ -107,36 +156,32 @@ impl Node {
             // fred's URL messages name the part that is wrong, never the URL itself.
             reason: e.details().to_string(),
         };
-        let mut config = Config::from_url(url.trim()).map_err(invalid)?;
-        // The first attempt is made at once and its failure reported (fred's reconnect policy
-        // would sleep before even the first attempt); fredlock's connect loop retries it.
-        config.fail_fast = true;
-        let client = fred::types::Builder::from_config(config)
-            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
-            .with_connection_config(|c| {
-                c.connection_timeout = Duration::from_secs(2);
-                c.internal_command_timeout = Duration::from_secs(2);
-                c.max_command_attempts = 1;
-                c.max_command_buffer_len = 100_000;
-                c.tcp.nodelay = Some(true);
-            })
-            .with_performance_config(|p| {
-                // A safety net only: every fredlock command carries its own timeout.
-                p.default_command_timeout = Duration::from_secs(5);
-            })
-            .build()
-            .map_err(invalid)?;
+        let config = Config::from_url(url.trim()).map_err(invalid)?;
+        let client = connection::client(config).map_err(invalid)?;
         let mut node = Node::from_client(index, client, servers);
         node.owned = true;
         Ok(node)
     }
 
-    /// Wraps a caller's client. It must have a reconnect policy (checked by the builder).
+    /// Wraps a caller's client. It must have a reconnect policy (checked by the builder). A
+    /// cluster client only lends its configuration: fredlock opens its own shard clients.
     pub(crate) fn from_client(index: usize, client: Client, servers: Arc<Servers>) -> Node {
-        let (name, addr) = describe(&client.client_config());
+        let config = client.client_config();
+        let (name, addr) = describe(&config);
+        let state = State::new(index, name.clone(), servers);
+        let backend = if config.server.is_clustered() {
+            Backend::Cluster(Arc::new(Shards::new(
+                index,
+                name.clone(),
+                config,
+                state.clone(),
+            )))
+        } else {
+            Backend::Server(client)
+        };
         Node {
-            client,
-            state: State::new(index, name.clone(), servers),
+            backend,
+            state,
             name,
             addr,
             owned: false,
@@ -144,8 +189,18 @@ impl Node {
         }
     }
 
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
+    /// The fred client of a single-server node; `None` for a cluster node (its commands go
+    /// through one client per shard that fredlock keeps).
+    pub(crate) fn client(&self) -> Option<&Client> {
+        match &self.backend {
+            Backend::Server(client) => Some(client),
+            Backend::Cluster(_) => None,
+        }
+    }
+
+    /// Whether this node is a Redis Cluster (each script must stay in one hash slot).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.backend, Backend::Cluster(_))
     }
 
     /// QUIT once, and only a client of ours whose connection task runs: fred warns about a QUIT
@@ -159,15 +214,23 @@ impl Node {
     /// Starts fredlock's connect loop (see [`connection::spawn`]); never waits. A service can
     /// therefore start while a node is down.
     pub(crate) fn connect(&self) {
-        connection::spawn(self.client.clone(), self.state.clone());
+        match &self.backend {
+            Backend::Server(client) => connection::spawn(client.clone(), self.state.clone()),
+            Backend::Cluster(shards) => shards.spawn(),
+        }
     }
 
     /// Stops the connect loop and, for clients fredlock created, sends QUIT behind whatever is
     /// queued (so queued releases are answered first).
     pub(crate) async fn close(&self) {
         self.state.close();
-        if self.should_quit() {
-            let _ = self.client.quit().await;
+        match &self.backend {
+            Backend::Cluster(shards) => shards.close().await,
+            Backend::Server(client) => {
+                if self.should_quit() {
+                    let _ = client.quit().await;
+                }
+            }
         }
     }
 
@@ -186,11 +249,25 @@ impl Node {
         args: Vec<Value>,
         timeout: Duration,
     ) -> Result<Value, NodeError> {
+        let client = match &self.backend {
+            Backend::Server(client) => client,
+            Backend::Cluster(shards) => {
+                let Some(key) = args.get(key_offset).and_then(Value::as_str) else {
+                    return Err(NodeError {
+                        node: self.name.clone(),
+                        kind: NodeErrorKind::Client,
+                        message: format!("{cmd} without a key cannot be routed on a cluster"),
+                    });
+                };
+                let key = key.to_string();
+                return shards.call(cmd, &key, args, timeout).await;
+            }
+        };
         let command = CustomCommand::new_static(cmd, ClusterHash::Offset(key_offset), false);
         // Boxed: fred's command futures are ~5 KB and would otherwise be copied into every
         // per-node future of every round (measured: the largest user-space cost per cycle).
         Box::pin(
-            self.client
+            client
                 .with_options(&options(timeout))
                 .custom::<Value, Value>(command, args),
         )
@@ -275,18 +352,85 @@ impl Node {
         if let Err(e) = self.state.counts() {
             return Acquired::plain(Vote::Failed(e));
         }
+        let _running = self.inflight(&held.token);
+        let Some(groups) = self.slot_groups(&held.keys) else {
+            return self.acquire_one(&held, ttl_ms, timeout).await;
+        };
+        // A cluster node whose keys span slots: one all-or-none script per slot; the node
+        // grants only if every slot granted (a partial grant is cleaned up by the release that
+        // follows any failed attempt, like on any node that did not grant).
+        let parts = futures::future::join_all(groups.iter().map(|g| {
+            let sub = held.subset(g);
+            let this = &self;
+            async move { this.acquire_one(&sub, ttl_ms, timeout).await }
+        }))
+        .await;
+        let vote = all(parts.iter().map(|a| a.vote.clone()).collect());
+        let counters = match (&vote, held.fence_keys.is_empty()) {
+            (Vote::Granted, false) => {
+                let mut counters = vec![0; held.keys.len()];
+                for (g, part) in groups.iter().zip(&parts) {
+                    let Some(got) = &part.counters else {
+                        return Acquired::plain(Vote::Failed(self.unexpected("fencing counters")));
+                    };
+                    for (&i, &c) in g.iter().zip(got) {
+                        counters[i] = c;
+                    }
+                }
+                Some(counters)
+            }
+            _ => None,
+        };
+        Acquired { vote, counters }
+    }
+
+    async fn acquire_one(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Acquired {
         if !held.fence_keys.is_empty() {
-            return self.acquire_fenced(&held, ttl_ms, timeout).await;
+            return self.acquire_fenced(held, ttl_ms, timeout).await;
         }
-        Acquired::plain(self.acquire_plain(&held, ttl_ms, timeout).await)
+        Acquired::plain(self.acquire_plain(held, ttl_ms, timeout).await)
+    }
+
+    /// On a cluster node, marks a command that may create `token`'s keys as running until the
+    /// guard drops (releases wait for it).
+    fn inflight(&self, token: &str) -> Option<crate::cluster::Inflight<'_>> {
+        match &self.backend {
+            Backend::Cluster(shards) => Some(shards.begin(token)),
+            Backend::Server(_) => None,
+        }
+    }
+
+    /// Key positions grouped by hash slot, when this is a cluster node and the keys span
+    /// slots (one script per slot); `None` when one script takes every key.
+    fn slot_groups(&self, keys: &[String]) -> Option<Vec<Vec<usize>>> {
+        if !self.is_cluster() || keys.len() < 2 {
+            return None;
+        }
+        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let slot = crate::slots::slot(key);
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((slot, vec![i])),
+            }
+        }
+        (groups.len() > 1).then(|| groups.into_iter().map(|(_, m)| m).collect())
+    }
+
+    fn unexpected(&self, what: &str) -> NodeError {
+        NodeError {
+            node: self.name.clone(),
+            kind: NodeErrorKind::UnexpectedReply,
+            message: format!("a slot's reply lacked its {what}"),
+        }
     }
 
     async fn acquire_plain(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Vote {
-        if let [key] = held.keys.as_slice() {
+        if let ([key], Backend::Server(client)) = (held.keys.as_slice(), &self.backend) {
             // The typed SET (unlike EVAL and custom commands, which fred flushes one by one)
             // lets fred batch concurrent SETs into one socket write. `WithOptions` implements
             // the keys interface, so timeout, attempts and fail-fast are honoured here.
-            let client = self.client.with_options(&options(timeout));
+            let client = client.with_options(&options(timeout));
             let set = client.set::<Value, _, _>(
                 key.as_str(),
                 held.token.as_str(),
@@ -296,6 +440,15 @@ impl Node {
             );
             let reply = Box::pin(set).await.map_err(|e| self.error(e));
             reply::set_nx(&self.name, reply)
+        } else if let [key] = held.keys.as_slice() {
+            let args = vec![
+                Value::from(key.as_str()),
+                Value::from(held.token.as_str()),
+                Value::from("PX"),
+                Value::Integer(ttl_ms as i64),
+                Value::from("NX"),
+            ];
+            reply::set_nx(&self.name, self.call("SET", 0, args, timeout).await)
         } else {
             let scripts = crate::scripts::Scripts::get();
             let reply = self
@@ -332,13 +485,23 @@ impl Node {
         if let Err(e) = self.state.counts() {
             return Vote::Failed(e);
         }
-        let scripts = crate::scripts::Scripts::get();
-        let keys: Vec<&str> = fence.0.iter().map(String::as_str).collect();
-        let argv: Vec<Value> = fence.1.iter().map(|t| Value::Integer(*t as i64)).collect();
-        let reply = self
-            .script_on(&scripts.fence_raise, &keys, &argv, timeout)
-            .await;
-        reply::fence_raised(&self.name, reply)
+        let (this, fence) = (&*self, &*fence);
+        let raise = |idx: Vec<usize>| async move {
+            let scripts = crate::scripts::Scripts::get();
+            let keys: Vec<&str> = idx.iter().map(|&i| fence.0[i].as_str()).collect();
+            let argv: Vec<Value> = idx
+                .iter()
+                .map(|&i| Value::Integer(fence.1[i] as i64))
+                .collect();
+            let reply = this
+                .script_on(&scripts.fence_raise, &keys, &argv, timeout)
+                .await;
+            reply::fence_raised(&this.name, reply)
+        };
+        match self.slot_groups(&fence.0) {
+            None => raise((0..fence.0.len()).collect()).await,
+            Some(groups) => all(futures::future::join_all(groups.into_iter().map(raise)).await),
+        }
     }
 
     /// Takes the first free slot of a semaphore, in the order given.
@@ -350,6 +513,7 @@ impl Node {
         if let Err(e) = self.state.counts() {
             return Slot::Failed(e);
         }
+        let _running = self.inflight(&req.token);
         let scripts = crate::scripts::Scripts::get();
         let keys: Vec<&str> = std::iter::once(&req.meta_key)
             .chain(&req.slot_keys)
@@ -380,12 +544,26 @@ impl Node {
                 return Err(e);
             }
         }
-        let scripts = crate::scripts::Scripts::get();
-        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let reply = self
-            .script_on(&scripts.view_many, &refs, &[], timeout)
-            .await;
-        reply::views(&self.name, reply, keys.len())
+        let (this, keys) = (&*self, &*keys);
+        let view = |idx: Vec<usize>| async move {
+            let scripts = crate::scripts::Scripts::get();
+            let refs: Vec<&str> = idx.iter().map(|&i| keys[i].as_str()).collect();
+            let reply = this
+                .script_on(&scripts.view_many, &refs, &[], timeout)
+                .await;
+            reply::views(&this.name, reply, idx.len()).map(|v| (idx, v))
+        };
+        let Some(groups) = self.slot_groups(keys) else {
+            return view((0..keys.len()).collect()).await.map(|(_, v)| v);
+        };
+        let mut out = vec![None; keys.len()];
+        for part in futures::future::join_all(groups.into_iter().map(view)).await {
+            let (idx, views) = part?;
+            for (i, v) in idx.into_iter().zip(views) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
     }
 
     /// Resets the TTL of every key if all still hold our token; never re-creates a key.
@@ -399,25 +577,81 @@ impl Node {
             return Vote::Failed(e);
         }
         let scripts = crate::scripts::Scripts::get();
-        let reply = self
-            .script(&scripts.extend, &held, Some(ttl_ms), timeout)
-            .await;
-        reply::vote(&self.name, reply)
+        let this = &*self;
+        let one = |sub: Held| async move {
+            let reply = this
+                .script(&scripts.extend, &sub, Some(ttl_ms), timeout)
+                .await;
+            reply::vote(&this.name, reply)
+        };
+        match self.slot_groups(&held.keys) {
+            None => {
+                let reply = self
+                    .script(&scripts.extend, &held, Some(ttl_ms), timeout)
+                    .await;
+                reply::vote(&self.name, reply)
+            }
+            Some(groups) => {
+                let subs = groups.iter().map(|g| one(held.subset(g)));
+                all(futures::future::join_all(subs).await)
+            }
+        }
     }
 
     /// Deletes the keys that still hold our token. Granted when every key was ours.
+    ///
+    /// On a single server, dropping this future once polled still releases (the command is in
+    /// fred's queue, behind this node's earlier commands); callers rely on that. On a cluster
+    /// node a release may need several steps (waiting for the token's acquire, redirects), so it
+    /// runs in a task of its own that a dropped future does not stop.
     pub(crate) async fn release(self: Arc<Self>, held: Arc<Held>, timeout: Duration) -> Vote {
+        let Backend::Cluster(shards) = &self.backend else {
+            return self.release_here(&held, timeout).await;
+        };
+        let shards = shards.clone();
+        let name = self.name.clone();
+        let task = tokio::spawn(async move {
+            // Behind this token's acquire, which a redirect may have delayed.
+            shards.settled(&held.token, timeout).await;
+            self.release_here(&held, timeout).await
+        });
+        task.await.unwrap_or_else(|e| {
+            Vote::Failed(NodeError {
+                node: name,
+                kind: NodeErrorKind::Client,
+                message: format!("the release task ended without an answer: {e}"),
+            })
+        })
+    }
+
+    async fn release_here(&self, held: &Held, timeout: Duration) -> Vote {
         let scripts = crate::scripts::Scripts::get();
         // Sent even to a duplicate (it only deletes our own token), but a duplicate's answer
         // is never counted.
         let counts = self.state.counts();
-        let reply = self.script(&scripts.release, &held, None, timeout).await;
+        let vote = match self.slot_groups(&held.keys) {
+            None => {
+                let reply = self.script(&scripts.release, held, None, timeout).await;
+                reply::released(&self.name, reply, held.keys.len())
+            }
+            Some(groups) => {
+                let this = self;
+                all(futures::future::join_all(groups.iter().map(|g| {
+                    let sub = held.subset(g);
+                    async move {
+                        let reply = this.script(&scripts.release, &sub, None, timeout).await;
+                        reply::released(&this.name, reply, sub.keys.len())
+                    }
+                }))
+                .await)
+            }
+        };
         if let Err(e) = counts.as_ref() {
             if e.kind == NodeErrorKind::Duplicate {
                 return Vote::Failed(e.clone());
             }
         }
-        reply::released(&self.name, reply, held.keys.len())
+        vote
     }
 
     /// Who holds `key` here: `Some((token, pttl_ms))`, or `None` when the key does not exist.

@@ -209,7 +209,7 @@ impl Redlock {
     /// per command (no replay after a reconnect) and a bounded queue; pass your own options
     /// (`with_options`) or use a separate client where retries are wanted.
     pub fn client(&self, index: usize) -> Option<&fred::clients::Client> {
-        self.inner.nodes.get(index).map(|n| n.client())
+        self.inner.nodes.get(index).and_then(|n| n.client())
     }
 
     /// Closes the connections this `Redlock` opened (clients given with `clients()` are left
@@ -235,7 +235,25 @@ impl Redlock {
     /// [`fencing_tokens`](crate::Builder::fencing_tokens)). It never expires: see the
     /// persistence note there.
     pub fn fence_key(&self, resource: &str) -> String {
-        format!("{}{RESERVED}fence:{}", self.inner.key_prefix, resource)
+        crate::slots::fence_key(&self.inner.key_prefix, RESERVED, resource)
+    }
+
+    /// On a Redlock with a Redis Cluster node, `keys` must share one hash slot (one script takes
+    /// them all); `Ok` otherwise, or when they do.
+    pub(crate) fn check_slots(&self, keys: &[String]) -> std::result::Result<(), InvalidInput> {
+        if !self.inner.nodes.iter().any(|n| n.is_cluster()) {
+            return Ok(());
+        }
+        let Some(first) = keys.first() else {
+            return Ok(());
+        };
+        let slot = crate::slots::slot(first);
+        if keys.iter().all(|k| crate::slots::slot(k) == slot) {
+            return Ok(());
+        }
+        Err(InvalidInput::CrossSlot {
+            keys: keys.to_vec(),
+        })
     }
 
     pub(crate) fn request(&self, names: Vec<String>, ttl: Duration) -> Result<Request> {
@@ -259,12 +277,15 @@ impl Redlock {
         let mut resources = names;
         resources.sort();
         resources.dedup();
-        let keys = resources.iter().map(|r| self.key(r)).collect();
-        let fence_keys = if self.inner.fencing {
+        let keys: Vec<String> = resources.iter().map(|r| self.key(r)).collect();
+        let fence_keys: Vec<String> = if self.inner.fencing {
             resources.iter().map(|r| self.fence_key(r)).collect()
         } else {
             Vec::new()
         };
+        for (key, fence) in keys.iter().zip(&fence_keys) {
+            self.check_slots(&[key.clone(), fence.clone()])?;
+        }
         Ok(Request {
             resources,
             keys,

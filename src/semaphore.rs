@@ -97,11 +97,21 @@ impl Redlock {
             }
             .into());
         }
-        Ok(Semaphore {
+        let semaphore = Semaphore {
             redlock: self.clone(),
             name,
             permits,
-        })
+        };
+        // One script takes the semaphore's keys: on a cluster node they must share a slot.
+        let mut keys = vec![semaphore.meta_key()];
+        for i in 0..permits {
+            keys.push(self.key(&semaphore.slot_resource(i)));
+            if self.inner.fencing {
+                keys.push(self.fence_key(&semaphore.slot_resource(i)));
+            }
+        }
+        self.check_slots(&keys)?;
+        Ok(semaphore)
     }
 }
 
@@ -118,12 +128,13 @@ impl Semaphore {
 
     /// The resource name of slot `i` (its lock key is [`Redlock::key`] of it).
     pub fn slot_resource(&self, i: usize) -> String {
-        format!("{RESERVED}sem:{}:{i}", self.name)
+        crate::slots::semaphore_part(RESERVED, &self.name, &i.to_string())
     }
 
     fn meta_key(&self) -> String {
-        self.redlock
-            .key(&format!("{RESERVED}sem:{}:permits", self.name))
+        self.redlock.key(&crate::slots::semaphore_part(
+            RESERVED, &self.name, "permits",
+        ))
     }
 
     /// Takes a permit for `ttl`, retrying per the Redlock's [`crate::Retry`] while every permit

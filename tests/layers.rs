@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 /// Bottom to top; modules on one line share a layer and do not refer to each other.
 const LAYERS: &[&[&str]] = &[
     &["error"],
-    &["endpoint", "scripts", "connection", "reply"],
+    &["endpoint", "scripts", "connection", "reply", "slots"],
+    &["cluster"],
     &["node", "quorum"],
     &["background", "pacing"],
     &["redlock"],

@@ -1,0 +1,356 @@
+//! Every Redlock node a local Redis Cluster (`LocalCluster`, real `redis-server` processes in
+//! cluster mode): every operation routes to the shard that owns its key, multi-resource locks
+//! span slots, a dead shard fails only its own slots, and a slot migrating (ASK, then MOVED)
+//! while locks come and go leaves no key behind and never grants twice.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fredlock::{Error, InvalidInput, KeepAliveOptions, Redlock, Vote};
+use fredlock_testkit::{LocalCluster, RespValue};
+
+const TTL: Duration = Duration::from_secs(10);
+const PREFIX: &str = "fredlock:";
+
+/// `n` clusters of `shards` shards each, started side by side.
+async fn clusters(n: usize, shards: usize) -> Vec<LocalCluster> {
+    let started = futures::future::join_all((0..n).map(|_| LocalCluster::start(shards))).await;
+    started
+        .into_iter()
+        .map(|c| c.expect("start a local cluster"))
+        .collect()
+}
+
+async fn redlock(clusters: &[LocalCluster], fencing: bool) -> Redlock {
+    let urls: Vec<String> = clusters.iter().map(LocalCluster::url).collect();
+    let redlock = common::build(urls, |b| {
+        b.fencing_tokens(fencing)
+            .connect_wait(Duration::from_secs(20))
+    })
+    .await;
+    // Every node (not only a quorum) has read its slot table.
+    let up = common::eventually(Duration::from_secs(20), || async {
+        let seen = redlock.inspect("probe").await.expect("inspect");
+        seen.nodes.iter().all(|n| n.state.is_ok())
+    })
+    .await;
+    assert!(up, "every cluster node up");
+    redlock
+}
+
+/// A resource whose lock key lives on shard `shard` of `cluster`.
+async fn resource_on(cluster: &LocalCluster, shard: usize, tag: &str) -> String {
+    let key = cluster
+        .key_on_shard(shard, &format!("{PREFIX}{}-{tag}-", rand::random::<u32>()))
+        .await
+        .expect("a key on the shard");
+    key.strip_prefix(PREFIX).expect("prefix").to_string()
+}
+
+/// Every key on every shard of every cluster matching `pattern`.
+async fn keys(clusters: &[LocalCluster], pattern: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in clusters {
+        for s in 0..c.shards() {
+            if !c.is_running(s) {
+                continue;
+            }
+            match c
+                .nodes()
+                .command(s, &["KEYS", pattern])
+                .await
+                .expect("KEYS")
+            {
+                RespValue::Array(Some(found)) => {
+                    for k in found {
+                        if let RespValue::Bulk(Some(k)) = k {
+                            out.push(String::from_utf8_lossy(&k).into_owned());
+                        }
+                    }
+                }
+                other => panic!("KEYS answered {other:?}"),
+            }
+        }
+    }
+    out
+}
+
+/// Lock keys (not fencing counters, not semaphore metadata) left anywhere.
+async fn lock_keys_left(clusters: &[LocalCluster]) -> Vec<String> {
+    keys(clusters, &format!("{PREFIX}*"))
+        .await
+        .into_iter()
+        .filter(|k| !k.contains("~fence:") && !k.ends_with(":permits"))
+        .collect()
+}
+
+/// A release that no node refused or failed (`Pending`: decided before that node answered; its
+/// release finishes in the background).
+fn clean(report: &fredlock::ReleaseReport) -> bool {
+    report
+        .votes
+        .0
+        .iter()
+        .all(|v| matches!(v, Vote::Granted | Vote::Pending))
+}
+
+/// No lock key left on any shard of any node, within 5 s (background releases finishing).
+async fn nothing_left(clusters: &[LocalCluster]) -> bool {
+    common::eventually(Duration::from_secs(5), || async {
+        lock_keys_left(clusters).await.is_empty()
+    })
+    .await
+}
+
+/// Whether every node shows `token` at `resource`.
+async fn held_everywhere(redlock: &Redlock, resource: &str, token: &str) -> bool {
+    let seen = redlock.inspect(resource).await.expect("inspect");
+    seen.nodes
+        .iter()
+        .all(|n| matches!(&n.state, Ok(Some(h)) if h.token == token))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_operation_routes_to_the_shard_that_owns_the_key() {
+    let clusters = clusters(3, 3).await;
+    let redlock = redlock(&clusters, true).await;
+
+    // One resource per shard of node 0 (the others place them wherever their slots say).
+    let mut resources = Vec::new();
+    for shard in 0..3 {
+        resources.push(resource_on(&clusters[0], shard, "op").await);
+    }
+    for r in &resources {
+        let mut lock = redlock.acquire(r.as_str(), TTL).await.expect("acquire");
+        let fence = lock.fencing_token().expect("a fencing token");
+        assert!(held_everywhere(&redlock, r, lock.token()).await, "{r}");
+        lock.extend(TTL).await.expect("extend on every shard");
+        let report = lock.release().await.expect("release");
+        assert!(clean(&report), "{r}: {:?}", report.votes);
+        // The next holder gets a larger token: the counter is in the lock's slot.
+        let again = redlock.acquire(r.as_str(), TTL).await.expect("acquire");
+        assert!(again.fencing_token().expect("token") > fence);
+        again.release().await.expect("release");
+    }
+    assert!(
+        nothing_left(&clusters).await,
+        "{:?}",
+        lock_keys_left(&clusters).await
+    );
+
+    // A multi-resource lock across three slots: one script per slot, granted on every node.
+    let lock = redlock
+        .acquire(resources.clone(), TTL)
+        .await
+        .expect("acquire across slots");
+    assert_eq!(lock.fencing_tokens().map(<[u64]>::len), Some(3));
+    for r in &resources {
+        assert!(held_everywhere(&redlock, r, lock.token()).await, "{r}");
+    }
+    // A contender for one of them is refused everywhere.
+    let contender = redlock
+        .try_acquire(resources[1].as_str(), TTL)
+        .await
+        .expect("try");
+    assert!(contender.is_none());
+    let report = lock.release().await.expect("release");
+    assert!(clean(&report), "{report:?}");
+    assert!(
+        nothing_left(&clusters).await,
+        "{:?}",
+        lock_keys_left(&clusters).await
+    );
+
+    // Keep-alive: several renewals land on the shard of the key.
+    let short = Duration::from_millis(300);
+    let kept = redlock
+        .acquire(resources[2].as_str(), short)
+        .await
+        .expect("acquire")
+        .keep_alive_with(KeepAliveOptions::default())
+        .expect("keep-alive");
+    let handle = kept.handle();
+    let renewed = tokio::time::timeout(Duration::from_secs(10), async {
+        while handle.extensions() < 3 {
+            handle.changed().await.expect("not lost");
+        }
+    })
+    .await;
+    assert!(renewed.is_ok(), "three renewals in 10 s");
+    kept.release().await.expect("release");
+
+    // Election: a leader, then the key is gone once it resigns.
+    let election = redlock.elect(resources[0].as_str(), short).expect("elect");
+    let mut role = election.watch();
+    tokio::time::timeout(Duration::from_secs(10), role.wait_for(|r| r.is_leader()))
+        .await
+        .expect("a leader in time")
+        .expect("watch");
+    drop(role);
+    drop(election);
+
+    // Semaphore: at most 2 permits, all of its keys in one slot.
+    let semaphore = redlock
+        .semaphore(format!("api-{}", rand::random::<u32>()), 2)
+        .expect("semaphore");
+    let a = semaphore
+        .try_acquire(TTL)
+        .await
+        .expect("try")
+        .expect("permit 1");
+    let b = semaphore
+        .try_acquire(TTL)
+        .await
+        .expect("try")
+        .expect("permit 2");
+    assert!(semaphore.try_acquire(TTL).await.expect("try").is_none());
+    a.release().await.expect("release");
+    b.release().await.expect("release");
+    assert!(
+        nothing_left(&clusters).await,
+        "{:?}",
+        lock_keys_left(&clusters).await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_shard_fails_only_the_keys_of_its_slots() {
+    let mut clusters = clusters(3, 3).await;
+    let redlock = redlock(&clusters, false).await;
+    let alive = resource_on(&clusters[0], 0, "alive").await;
+    let dead = resource_on(&clusters[0], 1, "dead").await;
+    let dead_port = clusters[0].port(1);
+    clusters[0].kill_shard(1).expect("kill");
+
+    // Node 0 still votes for keys on its live shards.
+    let lock = redlock.acquire(alive.as_str(), TTL).await.expect("acquire");
+    assert!(held_everywhere(&redlock, &alive, lock.token()).await);
+    let report = lock.release().await.expect("release");
+    assert!(clean(&report), "{report:?}");
+
+    // For a key of the dead shard, node 0 fails and names the shard; the lock still has its
+    // quorum on nodes 1 and 2.
+    let lock = redlock.acquire(dead.as_str(), TTL).await.expect("acquire");
+    let seen = redlock.inspect(&dead).await.expect("inspect");
+    let Err(e) = &seen.nodes[0].state else {
+        panic!("node 0 answered for a dead shard: {seen:?}");
+    };
+    assert!(e.message.contains(&dead_port.to_string()), "{e}");
+    let report = lock.release().await.expect("release");
+    assert!(matches!(report.votes.0[0], Vote::Failed(_)), "{report:?}");
+
+    // A lock across a live and the dead shard: node 0's live part is cleaned up, not leaked.
+    let lock = redlock
+        .acquire(vec![alive.clone(), dead.clone()], TTL)
+        .await
+        .expect("acquire");
+    lock.release().await.expect("release");
+    assert!(
+        nothing_left(&clusters).await,
+        "{:?}",
+        lock_keys_left(&clusters).await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migrating_slot_leaks_nothing_and_never_grants_twice() {
+    let mut clusters = clusters(3, 3).await;
+    // Without fencing: a fencing counter left on the source with its lock key absent makes the
+    // fenced script a multi-key request across a half-moved slot, which Redis refuses
+    // (TRYAGAIN) until the counter has moved (see the next test).
+    let redlock = redlock(&clusters, false).await;
+    let r = resource_on(&clusters[0], 0, "moving").await;
+    let key = format!("{PREFIX}{r}");
+    // The slot migrates on every node at once: every vote goes through ASK.
+    for c in clusters.iter_mut() {
+        let slot = c.slot_of_key(&key).await.expect("slot");
+        let from = c.shard_of_key(&key).await.expect("shard");
+        c.begin_migration(slot, (from + 1) % 3)
+            .await
+            .expect("begin");
+    }
+
+    // Absent keys of a migrating slot are created on the target (ASK), found there, released.
+    for _ in 0..5 {
+        let lock = redlock
+            .acquire(r.as_str(), TTL)
+            .await
+            .expect("acquire during migration");
+        assert!(held_everywhere(&redlock, &r, lock.token()).await);
+        let report = lock.release().await.expect("release");
+        assert!(clean(&report), "{report:?}");
+    }
+
+    // Contenders while the slot migrates: one holder at a time.
+    let inside = Arc::new(AtomicBool::new(false));
+    let granted = Arc::new(AtomicUsize::new(0));
+    let workers = (0..4).map(|_| {
+        let (redlock, r) = (redlock.clone(), r.clone());
+        let (inside, granted) = (inside.clone(), granted.clone());
+        tokio::spawn(async move {
+            for _ in 0..10 {
+                let Ok(Some(lock)) = redlock.try_acquire(r.as_str(), TTL).await else {
+                    tokio::task::yield_now().await;
+                    continue;
+                };
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                granted.fetch_add(1, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                inside.store(false, Ordering::SeqCst);
+                lock.release().await.expect("release");
+            }
+        })
+    });
+    for w in futures::future::join_all(workers).await {
+        w.expect("worker");
+    }
+    assert!(granted.load(Ordering::SeqCst) > 0);
+
+    // A lock held while its key migrates: extend and release follow it (ASK, then MOVED).
+    // Nothing the contenders took is left (a denied attempt's clean-up follows the redirect).
+    assert!(
+        nothing_left(&clusters).await,
+        "{:?}",
+        lock_keys_left(&clusters).await
+    );
+    let mut lock = redlock.acquire(r.as_str(), TTL).await.expect("acquire");
+    for c in &clusters {
+        let slot = c.slot_of_key(&key).await.expect("slot");
+        c.migrate_keys(slot, 100).await.expect("migrate keys");
+    }
+    lock.extend(TTL)
+        .await
+        .expect("extend after the key moved (ASK)");
+    assert!(held_everywhere(&redlock, &r, lock.token()).await);
+    for c in clusters.iter_mut() {
+        let slot = c.slot_of_key(&key).await.expect("slot");
+        c.finish_migration(slot).await.expect("finish");
+    }
+    lock.extend(TTL)
+        .await
+        .expect("extend after the slot moved (MOVED)");
+    let report = lock.release().await.expect("release");
+    assert!(clean(&report), "{report:?}");
+    assert!(
+        nothing_left(&clusters).await,
+        "{:?}",
+        lock_keys_left(&clusters).await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_that_cannot_share_a_slot_are_refused_up_front() {
+    let clusters = clusters(1, 1).await;
+    let urls = vec![clusters[0].url()];
+    let redlock = common::build(urls, |b| b.fencing_tokens(true).key_prefix("odd{")).await;
+    // With the prefix's unclosed `{`, the lock key and its counter hash differently.
+    match redlock.acquire("x", TTL).await {
+        Err(Error::InvalidInput(InvalidInput::CrossSlot { keys })) => {
+            assert_eq!(keys.len(), 2, "{keys:?}");
+        }
+        other => panic!("expected CrossSlot, got {other:?}"),
+    }
+}
