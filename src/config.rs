@@ -96,6 +96,17 @@ impl Builder {
     /// Adds nodes by URL (`redis://`, `rediss://`, `valkey://`, `redis-sentinel://`,
     /// `redis-cluster://`; see fred's `Config::from_url`). Each URL must be an INDEPENDENT
     /// server: replicas of one another do not make a quorum.
+    ///
+    /// A node may be a Redis Cluster (`redis-cluster://h1:p1?node=h2:p2&node=h3:p3`, the
+    /// addresses being seeds): its shards share that node's load and its keys; it still casts one
+    /// vote. fredlock reads the slot table itself and sends each command to the shard that owns
+    /// the key, following `MOVED` and `ASK` (a redirected command was executed nowhere); a
+    /// shard that is down fails that node's vote only for keys in its slots. Key placement: a
+    /// lock's fencing counter and all keys of one semaphore share a slot by construction; the
+    /// keys of a multi-resource lock may span slots (one all-or-none script per slot, the node
+    /// granting only if every slot granted). A key prefix with an unbalanced `{` or `}` can
+    /// defeat the placement: such keys are refused with [`InvalidInput::CrossSlot`].
+    /// [`Redlock::client`](crate::Redlock::client) is `None` for a cluster node.
     pub fn nodes<I, S>(mut self, urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -107,7 +118,9 @@ impl Builder {
     }
 
     /// Adds nodes as ready-made fred clients, for TLS, authentication, sentinel or cluster
-    /// set-ups the URL form does not cover. Each client must have a reconnect policy
+    /// set-ups the URL form does not cover (of a cluster client, fredlock uses only the
+    /// configuration: it opens one client per shard of its own, as described at
+    /// [`nodes`](Self::nodes)). Each client must have a reconnect policy
     /// (`fred::types::Builder::set_policy`); `build()` rejects one without. fredlock sets its own
     /// per-command options (timeout, one attempt, fail fast) on every command it sends, and
     /// calls `connect()` on clients that are not connected or connecting yet.

@@ -43,19 +43,23 @@
 //! 1. `endpoint` (node URLs checked and redacted by structure), `scripts` (every Lua script with
 //!    its KEYS/ARGV contract), `connection` (one node's connect loop, its latest cause of failure
 //!    in the server's words, the server's `run_id` so one server never votes twice), `reply`
-//!    (every reply decoded into a vote, a slot, counters or a holder, or a typed error; pure).
-//! 2. `node` (one Redis node: one fred client, per-command options, each command's arguments),
-//!    `quorum` (the one fan-out primitive, the quorum tally, validity arithmetic; pure).
-//! 3. `background`: work that outlives its call: drop-path releases, release retries, and the
+//!    (every reply decoded into a vote, a slot, counters or a holder, or a typed error; pure),
+//!    `slots` (Redis Cluster hash slots and how derived keys share their lock's slot; pure).
+//! 2. `cluster`: a node that is a Redis Cluster: its slot table, one fred client per shard,
+//!    `MOVED`/`ASK` redirects followed without ever replaying a command of unknown outcome.
+//! 3. `node` (one Redis node: one fred client or a cluster's shards, per-command options, each
+//!    command's arguments), `quorum` (the one fan-out primitive, the quorum tally, validity
+//!    arithmetic; pure).
+//! 4. `background`: work that outlives its call: drop-path releases, release retries, and the
 //!    count [`Redlock::close`] waits for; generic over the Redlock above it. `pacing`:
 //!    [`KeepAliveOptions`] and the schedule and budget arithmetic they drive (when to extend,
 //!    for how long, when to give up; pure).
-//! 4. `redlock`: the rounds: one acquire attempt, extend, release; [`Redlock`] and its shared state.
-//! 5. `lock` ([`Lock`] and the acquire retry loop that hands it out), `inspect` ([`Redlock::inspect`]).
-//! 6. `keepalive`: [`KeepAlive`], the background extension and the lost signal.
-//! 7. `with_lock` ([`Redlock::with_lock`]), `election` ([`Election`]), `semaphore` ([`Semaphore`]:
+//! 5. `redlock`: the rounds: one acquire attempt, extend, release; [`Redlock`] and its shared state.
+//! 6. `lock` ([`Lock`] and the acquire retry loop that hands it out), `inspect` ([`Redlock::inspect`]).
+//! 7. `keepalive`: [`KeepAlive`], the background extension and the lost signal.
+//! 8. `with_lock` ([`Redlock::with_lock`]), `election` ([`Election`]), `semaphore` ([`Semaphore`]:
 //!    at most N holders, each permit a quorum lock on one of N slots).
-//! 8. [`config`]: the builder; validates, then constructs. Nothing imports it back.
+//! 9. [`config`]: the builder; validates, then constructs. Nothing imports it back.
 //!
 //! The test machinery (local `redis-server` nodes, node control, a fault proxy, the safety checker
 //! and the torture run) lives in the `fredlock-testkit` crate beside this one, not in the library.

@@ -205,7 +205,8 @@ impl Redlock {
     }
 
     /// The fred client of node `index`, for commands of your own (for example reading the data
-    /// the lock protects). `None` when out of range. It is configured for locking: one attempt
+    /// the lock protects). `None` when out of range, and for a Redis Cluster node (fredlock
+    /// keeps one client per shard of it; use a cluster client of your own there). It is configured for locking: one attempt
     /// per command (no replay after a reconnect) and a bounded queue; pass your own options
     /// (`with_options`) or use a separate client where retries are wanted.
     pub fn client(&self, index: usize) -> Option<&fred::clients::Client> {
