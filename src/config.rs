@@ -154,8 +154,10 @@ impl Builder {
         self
     }
 
-    /// Prefix of every Redis key (default `"fredlock:"`). In a Redis Cluster node, put hash tags
-    /// in the resource names (`"{account}:1"`), not in the prefix.
+    /// Prefix of every Redis key (default `"fredlock:"`). With Redis Cluster nodes, a prefix
+    /// without `{` and `}` lets each resource land in its own slot (spread over the shards); a
+    /// prefix with a complete hash tag (`"{locks}:"`) puts every key in one slot (one shard); a
+    /// prefix with an unbalanced brace is refused at acquire ([`InvalidInput::CrossSlot`]).
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = prefix.into();
         self

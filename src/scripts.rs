@@ -11,8 +11,9 @@
 //! A resent extend lands at worst after a release, where it finds no token and does nothing.
 //! EVAL costs ~250 bytes more on the wire and a SHA1 on the server.
 //!
-//! All scripts touch only their `KEYS`, so a Redis Cluster used as one node works when the keys
-//! share a hash slot (use hash tags such as `{account}:1`).
+//! All scripts touch only their `KEYS`, and all of one call's keys share a hash slot on a Redis
+//! Cluster node (`slots` names derived keys that way; `node` splits a multi-resource lock into one
+//! call per slot).
 //!
 //! Owns: the script bodies and their hashes. Must not: send anything (the node layer does).
 
