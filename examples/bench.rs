@@ -24,6 +24,18 @@
 //!   normally and then went silent (a fault proxy switched to blackhole), where every command to
 //!   it really stays in flight until the 500 ms per-node timeout.
 //!
+//! - (g) every Redlock node a Redis Cluster of 3 shards (fredlock routes each command to the
+//!   shard that owns its key's slot) against 3 single servers: the (b) load, but each task takes
+//!   a fresh key every cycle (64 fixed keys would measure how those 64 happen to hash: one shard
+//!   got 26 of them in a trial run), rounds interleaved. Also the Redis commands per cycle and each shard's share of its node's commands (INFO
+//!   commandstats, reset with CONFIG RESETSTAT first; it counts the calls inside scripts too),
+//!   and a smaller set of locks kept alive on the clusters. On 2 cores the 9 shards, the 3
+//!   single servers and the client share the same cores: the row shows how evenly the shards
+//!   share the work and what the routing costs, not a speed-up.
+//! - (h) capacity inputs: the redis-server CPU time per command under (g)'s traffic, one
+//!   redis-server saturated by a pipelined raw-RESP loader sending the cycle's commands (its
+//!   commands/s on one core), and the server memory per held lock key (INFO memory during (d)).
+//!
 //! Method, because these machines are small (2 cores), shared and noisy:
 //! - every variant is warmed up first (connections, allocator, scripts cached, CPU caches);
 //! - the variants are interleaved: within a serial round, floor, fredlock and fredlock-with-a-
@@ -35,7 +47,9 @@
 //! - every measurement loop runs in a spawned task, as a request handler would, not on the
 //!   runtime's `block_on` thread.
 
+use std::collections::BTreeMap;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,7 +59,9 @@ use fredlock::fred::prelude::{
     ClientLike, Config, Expiration, KeysInterface, LuaInterface, ReconnectPolicy, SetOptions, Value,
 };
 use fredlock::{NodeErrorKind, Redlock, ReleaseReport, Vote};
-use fredlock_testkit::{self as testkit, Blackhole, Fault, FaultProxy, TestNodes};
+use fredlock_testkit::{
+    self as testkit, Blackhole, Fault, FaultProxy, LocalCluster, LocalNodes, RespValue, TestNodes,
+};
 use futures::future::join_all;
 use hdrhistogram::Histogram;
 
@@ -80,6 +96,12 @@ struct Plan {
     throughput_warmup: Duration,
     throughput_rounds: usize,
     throughput_round: Duration,
+    /// TTL of the kept-alive locks of (d) and (g); each is measured over two TTLs.
+    keep_ttl: Duration,
+    /// (g) Locks kept alive on the clusters.
+    cluster_kept: usize,
+    /// (h) How long the loader saturates one server (after a warm-up of a fifth of that).
+    saturation: Duration,
 }
 
 impl Plan {
@@ -92,6 +114,9 @@ impl Plan {
             throughput_warmup: Duration::from_millis(500),
             throughput_rounds: 10,
             throughput_round: Duration::from_millis(300),
+            keep_ttl: Duration::from_secs(6),
+            cluster_kept: 3_000,
+            saturation: Duration::from_secs(2),
         }
     }
 
@@ -104,6 +129,9 @@ impl Plan {
             throughput_warmup: Duration::from_millis(200),
             throughput_rounds: 6,
             throughput_round: Duration::from_millis(170),
+            keep_ttl: Duration::from_secs(3),
+            cluster_kept: 1_000,
+            saturation: Duration::from_secs(1),
         }
     }
 }
@@ -346,24 +374,35 @@ async fn serial_round(variants: &[(&Target, &str)], cycles: usize) -> Vec<Round>
 /// One throughput round: cycles/s, and this process's CPU time per cycle when known.
 struct Throughput {
     per_second: f64,
+    cycles: u64,
     cpu_per_cycle_us: Option<f64>,
 }
 
-/// Runs `TASKS` tasks, each cycling on its own key (`{prefix}:{task}`) until `duration` has
-/// passed. The elapsed time runs until the last task finished its last cycle, so no partial work
-/// is lost. Also measures this process's CPU time per cycle: on a shared 2-core machine that is
-/// a steadier measure of the client's cost than cycles/s (the Redis servers are not counted).
-async fn throughput_round(target: &Target, prefix: &str, duration: Duration) -> Throughput {
+/// Runs `TASKS` tasks, each cycling on its own key (`{prefix}:{task}`; with `fresh_keys`, a new
+/// one every cycle, `{prefix}:{task}:{cycle}`) until `duration` has passed. The elapsed time
+/// runs until the last task finished its last cycle, so no partial work is lost. Also measures
+/// this process's CPU time per cycle: on a shared 2-core machine that is a steadier measure of
+/// the client's cost than cycles/s (the Redis servers are not counted).
+async fn throughput_round(
+    target: &Target,
+    prefix: &str,
+    duration: Duration,
+    fresh_keys: bool,
+) -> Throughput {
     let cpu_before = process_cpu();
     let start = Instant::now();
     let end = start + duration;
     let tasks: Vec<_> = (0..TASKS)
         .map(|i| {
             let target = target.clone();
-            let names = Names::new(format!("{prefix}:{i}"));
+            let own = format!("{prefix}:{i}");
+            let mut names = Names::new(own.clone());
             tokio::spawn(async move {
                 let mut cycles = 0u64;
                 while Instant::now() < end {
+                    if fresh_keys {
+                        names = Names::new(format!("{own}:{cycles}"));
+                    }
                     target.cycle(&names).await;
                     cycles += 1;
                 }
@@ -381,6 +420,7 @@ async fn throughput_round(target: &Target, prefix: &str, duration: Duration) -> 
         .map(|(a, b)| b.saturating_sub(a));
     Throughput {
         per_second: total as f64 / elapsed.as_secs_f64(),
+        cycles: total,
         cpu_per_cycle_us: cpu.map(|c| c.as_secs_f64() * 1e6 / total.max(1) as f64),
     }
 }
@@ -497,28 +537,42 @@ fn resident_bytes() -> Option<u64> {
     Some(pages * 4096)
 }
 
+/// INFO `section` of node `i`, through the Redlock's own fred client (single-server nodes).
+async fn node_info(redlock: &Redlock, i: usize, section: &'static str) -> String {
+    use fredlock::fred::types::{ClusterHash, CustomCommand};
+    let client = redlock
+        .client(i)
+        .expect("a single-server node has a client");
+    let info: Value = client
+        .custom(
+            CustomCommand::new_static("INFO", ClusterHash::Random, false),
+            vec![section],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("INFO {section}: {e}"));
+    info.as_str().map(|s| s.into_owned()).unwrap_or_default()
+}
+
+/// The number after `field:` in an INFO text.
+fn info_field(text: &str, field: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// `total_commands_processed` (INFO stats) of each node, through fredlock's clients.
+async fn commands_per_node(redlock: &Redlock) -> Vec<u64> {
+    let mut out = Vec::new();
+    for i in 0..redlock.node_names().len() {
+        let stats = node_info(redlock, i, "stats").await;
+        out.push(info_field(&stats, "total_commands_processed").unwrap_or(0));
+    }
+    out
+}
+
 /// Sum of `total_commands_processed` over the nodes (INFO stats), through fredlock's clients.
 async fn commands_processed(redlock: &Redlock) -> u64 {
-    use fredlock::fred::prelude::{ClientLike, Value};
-    use fredlock::fred::types::{ClusterHash, CustomCommand};
-    let mut total = 0;
-    for i in 0..redlock.node_names().len() {
-        let client = redlock.client(i).expect("node");
-        let info: Value = client
-            .custom(
-                CustomCommand::new_static("INFO", ClusterHash::Random, false),
-                vec!["stats"],
-            )
-            .await
-            .expect("INFO stats");
-        let text = info.as_str().map(|s| s.into_owned()).unwrap_or_default();
-        total += text
-            .lines()
-            .find_map(|l| l.strip_prefix("total_commands_processed:"))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    total
+    commands_per_node(redlock).await.iter().sum()
 }
 
 /// (f) Semaphore contention: permits and contenders.
@@ -589,25 +643,306 @@ async fn semaphore_round(urls: &[String], name: &str, duration: Duration) -> Sem
     }
 }
 
+/// Upper bound for one counter read or reset on a local server.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Commands the bench sends itself to read and reset the counters: left out of every count.
+const OWN_COMMANDS: [&str; 2] = ["info", "config"];
+
+/// A local redis-server process, read directly (not through fred): its command counters, its
+/// CPU time and its memory, from INFO. For the cluster shards, which fredlock reaches through
+/// clients of its own (`Redlock::client` has none to lend for a cluster node).
+struct Server {
+    addr: SocketAddr,
+}
+
+impl Server {
+    /// Every process of `nodes`, in index order.
+    fn all(nodes: &LocalNodes) -> Vec<Server> {
+        (0..nodes.len())
+            .map(|i| Server {
+                addr: nodes.addr(i),
+            })
+            .collect()
+    }
+
+    async fn command(&self, args: &[&str]) -> RespValue {
+        testkit::resp_command(self.addr, args, ADMIN_TIMEOUT)
+            .await
+            .unwrap_or_else(|e| panic!("{args:?} on {}: {e}", self.addr))
+    }
+
+    /// INFO of the given sections (several at once: Redis 7).
+    async fn info(&self, sections: &[&str]) -> String {
+        let args: Vec<&str> = std::iter::once("INFO")
+            .chain(sections.iter().copied())
+            .collect();
+        match self.command(&args).await {
+            RespValue::Bulk(Some(text)) => String::from_utf8_lossy(&text).into_owned(),
+            other => panic!("INFO {sections:?} on {}: {other:?}", self.addr),
+        }
+    }
+
+    /// Calls per command since the last CONFIG RESETSTAT (INFO commandstats, which counts the
+    /// calls scripts make too), without the bench's own INFO and CONFIG.
+    async fn calls(&self) -> BTreeMap<String, u64> {
+        calls(&self.info(&["commandstats"]).await)
+    }
+
+    /// [`calls`](Self::calls) and the CPU time the process used so far (INFO cpu: user + system,
+    /// all threads, to the microsecond), read at the same moment.
+    async fn counters(&self) -> (BTreeMap<String, u64>, Duration) {
+        let text = self.info(&["commandstats", "cpu"]).await;
+        let seconds = |field| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("INFO cpu on {}: no {field}", self.addr))
+        };
+        let cpu = seconds("used_cpu_user") + seconds("used_cpu_sys");
+        (calls(&text), Duration::from_secs_f64(cpu))
+    }
+
+    async fn reset_stats(&self) {
+        match self.command(&["CONFIG", "RESETSTAT"]).await {
+            RespValue::Simple(ok) if ok == "OK" => {}
+            other => panic!("CONFIG RESETSTAT on {}: {other:?}", self.addr),
+        }
+    }
+
+    /// Memory the data takes: `used_memory` without the clients' buffers (`mem_clients_normal`),
+    /// which swell and shrink with the traffic of the moment.
+    async fn data_memory(&self) -> u64 {
+        data_memory(&self.info(&["memory"]).await)
+    }
+}
+
+/// `used_memory - mem_clients_normal` of an INFO memory text.
+fn data_memory(info: &str) -> u64 {
+    let used = info_field(info, "used_memory").unwrap_or(0);
+    used.saturating_sub(info_field(info, "mem_clients_normal").unwrap_or(0))
+}
+
+/// Calls per command of an INFO commandstats text, without the bench's own INFO and CONFIG.
+fn calls(text: &str) -> BTreeMap<String, u64> {
+    let mut calls = BTreeMap::new();
+    for line in text.lines() {
+        // cmdstat_set:calls=12,usec=30,... (subcommands as cmdstat_config|resetstat)
+        let Some((name, stats)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        if OWN_COMMANDS.contains(&name.split('|').next().unwrap_or(name)) {
+            continue;
+        }
+        let n = stats
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("calls="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        calls.insert(name.to_string(), n);
+    }
+    calls
+}
+
+/// The counters of some servers at one moment.
+struct Snapshot {
+    calls: Vec<BTreeMap<String, u64>>,
+    cpu: Vec<Duration>,
+    at: Instant,
+}
+
+impl Snapshot {
+    async fn take(servers: &[Server]) -> Snapshot {
+        let mut snapshot = Snapshot {
+            calls: Vec::with_capacity(servers.len()),
+            cpu: Vec::with_capacity(servers.len()),
+            at: Instant::now(),
+        };
+        for server in servers {
+            let (calls, cpu) = server.counters().await;
+            snapshot.calls.push(calls);
+            snapshot.cpu.push(cpu);
+        }
+        snapshot
+    }
+}
+
+/// What some servers did between two snapshots.
+#[derive(Default, Clone)]
+struct Work {
+    /// Commands per server.
+    per_server: Vec<u64>,
+    /// Calls per command, all servers together.
+    per_command: BTreeMap<String, u64>,
+    /// CPU time of all the servers together.
+    cpu: Duration,
+    /// Wall time between the snapshots.
+    elapsed: Duration,
+}
+
+impl Work {
+    fn between(before: &Snapshot, after: &Snapshot) -> Work {
+        let mut work = Work {
+            elapsed: after.at.saturating_duration_since(before.at),
+            ..Work::default()
+        };
+        for (b, a) in before.calls.iter().zip(&after.calls) {
+            let mut total = 0;
+            for (name, n) in a {
+                let d = n.saturating_sub(b.get(name).copied().unwrap_or(0));
+                total += d;
+                *work.per_command.entry(name.clone()).or_default() += d;
+            }
+            work.per_server.push(total);
+        }
+        for (b, a) in before.cpu.iter().zip(&after.cpu) {
+            work.cpu += a.saturating_sub(*b);
+        }
+        work
+    }
+
+    fn commands(&self) -> u64 {
+        self.per_server.iter().sum()
+    }
+
+    fn add(&mut self, other: &Work) {
+        if self.per_server.is_empty() {
+            *self = other.clone();
+            return;
+        }
+        for (mine, theirs) in self.per_server.iter_mut().zip(&other.per_server) {
+            *mine += theirs;
+        }
+        for (name, n) in &other.per_command {
+            *self.per_command.entry(name.clone()).or_default() += n;
+        }
+        self.cpu += other.cpu;
+        self.elapsed += other.elapsed;
+    }
+
+    /// Server CPU per command, µs.
+    fn cpu_per_command_us(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.commands().max(1) as f64
+    }
+
+    /// Server CPU per command, µs, without what the servers burn when idle (`idle`: CPU
+    /// seconds per second, all of them together; [`idle_rate`]).
+    fn net_cpu_per_command_us(&self, idle: f64) -> f64 {
+        let net = self.cpu.as_secs_f64() - idle * self.elapsed.as_secs_f64();
+        net.max(0.0) * 1e6 / self.commands().max(1) as f64
+    }
+}
+
+/// CPU seconds per second that `servers` use together while nobody sends them anything
+/// (serverCron; for cluster shards also the cluster bus), over `window`.
+async fn idle_rate(servers: &[Server], window: Duration) -> f64 {
+    let before = Snapshot::take(servers).await;
+    tokio::time::sleep(window).await;
+    let after = Snapshot::take(servers).await;
+    let work = Work::between(&before, &after);
+    work.cpu.as_secs_f64() / work.elapsed.as_secs_f64()
+}
+
+/// A throughput round ([`throughput_round`]) with what the servers did during it.
+struct Metered {
+    round: Throughput,
+    work: Work,
+}
+
+/// [`throughput_round`], with the servers' counters read before and after. Replies the early
+/// decision left in flight land within the short pause before the second reading.
+async fn metered_round(
+    target: &Target,
+    prefix: &str,
+    duration: Duration,
+    servers: &[Server],
+) -> Metered {
+    let before = Snapshot::take(servers).await;
+    let round = throughput_round(target, prefix, duration, true).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let after = Snapshot::take(servers).await;
+    Metered {
+        round,
+        work: Work::between(&before, &after),
+    }
+}
+
+/// Where the Redis-side counters of a keep-alive measurement come from.
+enum Meter<'a> {
+    /// INFO through the Redlock's own fred clients, one per node (single servers, local or
+    /// from FREDLOCK_NODES).
+    Clients,
+    /// INFO from each local process directly (the cluster shards).
+    Servers(&'a [Server]),
+}
+
+impl Meter<'_> {
+    /// Commands per server (per node for `Clients`) so far.
+    async fn commands(&self, redlock: &Redlock) -> Vec<u64> {
+        match self {
+            Meter::Clients => commands_per_node(redlock).await,
+            Meter::Servers(servers) => {
+                let mut out = Vec::new();
+                for server in *servers {
+                    out.push(server.calls().await.values().sum());
+                }
+                out
+            }
+        }
+    }
+
+    /// [`data_memory`] of all the servers together.
+    async fn data_memory(&self, redlock: &Redlock) -> u64 {
+        let mut total = 0;
+        match self {
+            Meter::Clients => {
+                for i in 0..redlock.node_names().len() {
+                    let text = node_info(redlock, i, "memory").await;
+                    total += data_memory(&text);
+                }
+            }
+            Meter::Servers(servers) => {
+                for server in *servers {
+                    total += server.data_memory().await;
+                }
+            }
+        }
+        total
+    }
+}
+
 /// (d) What holding many locks with keep-alive costs.
 struct KeepAliveLoad {
     locks: usize,
     ttl: Duration,
     bytes_per_lock: Option<f64>,
+    /// Server memory per held lock, per Redlock node ([`data_memory`]).
+    server_bytes_per_lock: f64,
     commands_per_second: f64,
+    /// Commands per server over the window (per node for [`Meter::Clients`]).
+    per_server: Vec<u64>,
+    /// Extension rounds per lock over the window (about 3: one every 2/3 of the TTL).
+    extensions_per_lock: f64,
+    /// Time taken to acquire them all (256 acquires in flight at a time).
+    acquired_in: Duration,
     lost: usize,
 }
 
-/// Acquires `locks` locks with keep-alive at once, measures this process's memory growth and
-/// the nodes' command rate over two TTLs (every lock extended about three times), releases.
+/// Acquires `locks` locks with keep-alive at once, measures this process's memory growth, the
+/// servers' memory growth and their command rate over two TTLs (every lock extended about three
+/// times), releases, closes `redlock`.
 async fn keep_alive_load(
-    urls: &[String],
+    redlock: Redlock,
+    meter: Meter<'_>,
     prefix: &str,
     locks: usize,
     ttl: Duration,
 ) -> KeepAliveLoad {
-    let redlock = redlock(urls.to_vec(), None).await;
     let before = resident_bytes();
+    let server_before = meter.data_memory(&redlock).await;
+    let acquiring = Instant::now();
     let mut guards = Vec::with_capacity(locks);
     let mut pending = futures::stream::FuturesUnordered::new();
     use futures::StreamExt;
@@ -622,18 +957,30 @@ async fn keep_alive_load(
     while let Some(lock) = pending.next().await {
         guards.push(lock.expect("acquire").keep_alive());
     }
+    let acquired_in = acquiring.elapsed();
     let after = resident_bytes();
+    let server_after = meter.data_memory(&redlock).await;
     let window = ttl * 2;
-    let c0 = commands_processed(&redlock).await;
+    let extensions = |guards: &[fredlock::KeepAlive]| {
+        guards
+            .iter()
+            .map(|g| u64::from(g.extensions()))
+            .sum::<u64>()
+    };
+    let c0 = meter.commands(&redlock).await;
+    let e0 = extensions(&guards);
     let t0 = Instant::now();
     tokio::time::sleep(window).await;
-    let c1 = commands_processed(&redlock).await;
+    let c1 = meter.commands(&redlock).await;
+    let e1 = extensions(&guards);
     let elapsed = t0.elapsed().as_secs_f64();
     let lost = guards.iter().filter(|g| g.is_lost()).count();
     let releases =
         futures::stream::iter(guards.into_iter().map(|g| g.release())).buffer_unordered(256);
     let _: Vec<_> = releases.collect().await;
+    let nodes = redlock.node_names().len();
     redlock.close().await;
+    let per_server: Vec<u64> = c0.iter().zip(&c1).map(|(a, b)| b - a).collect();
     KeepAliveLoad {
         locks,
         ttl,
@@ -641,9 +988,178 @@ async fn keep_alive_load(
             (Some(b), Some(a)) => Some(a.saturating_sub(b) as f64 / locks as f64),
             _ => None,
         },
-        commands_per_second: (c1 - c0) as f64 / elapsed,
+        server_bytes_per_lock: server_after.saturating_sub(server_before) as f64
+            / (locks * nodes) as f64,
+        commands_per_second: per_server.iter().sum::<u64>() as f64 / elapsed,
+        per_server,
+        extensions_per_lock: (e1 - e0) as f64 / locks as f64,
+        acquired_in,
         lost,
     }
+}
+
+/// (g) Shards per Redlock node.
+const CLUSTER_SHARDS: usize = 3;
+
+/// A Redlock over `urls` (cluster nodes) once every node has read its slot table.
+async fn cluster_redlock(urls: &[String]) -> Redlock {
+    let redlock = Redlock::builder()
+        .nodes(urls.to_vec())
+        .connect_wait(Duration::from_secs(20))
+        .build()
+        .await
+        .expect("build a Redlock over the clusters");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let seen = redlock.inspect("probe").await.expect("inspect");
+        if seen.nodes.iter().all(|n| n.state.is_ok()) {
+            return redlock;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a cluster node is still not up after 20 s: {:?}",
+            seen.nodes.iter().map(|n| &n.state).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// "33%/34%/33%": each server's share of the total of its group of `group` servers (a Redlock
+/// node's shards), groups separated by " · "; and the smallest and largest share.
+fn shares(per_server: &[u64], group: usize) -> (String, f64, f64) {
+    let (mut min, mut max) = (f64::MAX, 0f64);
+    let text = per_server
+        .chunks(group)
+        .map(|shards| {
+            let total = shards.iter().sum::<u64>().max(1) as f64;
+            shards
+                .iter()
+                .map(|&n| {
+                    let share = 100.0 * n as f64 / total;
+                    (min, max) = (min.min(share), max.max(share));
+                    format!("{share:.1}%")
+                })
+                .collect::<Vec<_>>()
+                .join("/")
+        })
+        .collect::<Vec<_>>()
+        .join(" · ");
+    (text, min, max)
+}
+
+/// "set 3.0, eval 3.0, ...": calls per cycle of each command.
+fn per_cycle(work: &Work, cycles: u64) -> String {
+    work.per_command
+        .iter()
+        .filter(|(_, &n)| n > 0)
+        .map(|(name, &n)| format!("{name} {:.2}", n as f64 / cycles.max(1) as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// (h) The loader: connections, and acquire+release pairs in flight on each.
+const LOADER_CONNECTIONS: usize = 8;
+const LOADER_DEPTH: usize = 64;
+
+/// (h) One server driven as hard as it goes.
+struct Saturation {
+    commands_per_second: f64,
+    /// Server CPU time / wall time: about 1.0 when saturated.
+    busy: f64,
+    cpu_per_command_us: f64,
+    /// This process's CPU time / wall time meanwhile (the loader's cost).
+    client_busy: Option<f64>,
+}
+
+/// Drives one server with the commands of a lock cycle on one node, as fredlock sends them (a
+/// `SET key token NX PX ttl`, then a compare-and-delete script sent with `EVAL`), pipelined
+/// [`LOADER_DEPTH`] cycles deep on each of [`LOADER_CONNECTIONS`] connections, raw RESP, so that
+/// the client costs far less than the server and the server's own limit shows. Runs a warm-up
+/// of a fifth of `duration` first.
+async fn saturate(server: &Server, prefix: &str, duration: Duration) -> Saturation {
+    let load = |end: Instant| {
+        let tasks: Vec<_> = (0..LOADER_CONNECTIONS)
+            .map(|c| tokio::spawn(pipelined_cycles(server.addr, format!("{prefix}:{c}"), end)))
+            .collect();
+        async move {
+            let mut cycles = 0;
+            for task in tasks {
+                cycles += task.await.expect("a loader task panicked");
+            }
+            cycles
+        }
+    };
+    load(Instant::now() + duration / 5).await;
+    let before = Snapshot::take(std::slice::from_ref(server)).await;
+    let client_before = process_cpu();
+    let start = Instant::now();
+    load(start + duration).await;
+    let elapsed = start.elapsed();
+    let client = client_before
+        .zip(process_cpu())
+        .map(|(a, b)| b.saturating_sub(a));
+    let after = Snapshot::take(std::slice::from_ref(server)).await;
+    let work = Work::between(&before, &after);
+    Saturation {
+        commands_per_second: work.commands() as f64 / elapsed.as_secs_f64(),
+        busy: work.cpu.as_secs_f64() / elapsed.as_secs_f64(),
+        cpu_per_command_us: work.cpu_per_command_us(),
+        client_busy: client.map(|c| c.as_secs_f64() / elapsed.as_secs_f64()),
+    }
+}
+
+/// One loader connection: batches of [`LOADER_DEPTH`] SET NX PX + EVAL pairs on keys of its own,
+/// every reply checked, until `end`. Returns the cycles done.
+async fn pipelined_cycles(addr: SocketAddr, prefix: String, end: Instant) -> u64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("loader: connect to {addr}: {e}"));
+    stream.set_nodelay(true).expect("TCP_NODELAY");
+    let keys: Vec<String> = (0..LOADER_DEPTH).map(|k| format!("{prefix}:{k}")).collect();
+    let ttl = TTL.as_millis().to_string();
+    let (mut request, mut replies, mut chunk) = (Vec::new(), Vec::new(), vec![0u8; 64 * 1024]);
+    let mut cycles = 0;
+    while Instant::now() < end {
+        let token = format!("{:032x}", rand::random::<u128>());
+        request.clear();
+        for key in &keys {
+            request.extend(RespValue::encode_command(&[
+                "SET", key, &token, "NX", "PX", &ttl,
+            ]));
+            request.extend(RespValue::encode_command(&[
+                "EVAL",
+                FLOOR_RELEASE,
+                "1",
+                key,
+                &token,
+            ]));
+        }
+        stream.write_all(&request).await.expect("loader: write");
+        let mut read = 0;
+        let mut at = 0;
+        while read < 2 * LOADER_DEPTH {
+            match RespValue::parse(&replies[at..]).expect("loader: a RESP reply") {
+                Some((reply, used)) => {
+                    at += used;
+                    let ok = match read % 2 {
+                        0 => reply == RespValue::Simple("OK".into()),
+                        _ => reply == RespValue::Integer(1),
+                    };
+                    assert!(ok, "loader: unexpected reply {reply:?}");
+                    read += 1;
+                }
+                None => {
+                    let n = stream.read(&mut chunk).await.expect("loader: read");
+                    assert!(n > 0, "loader: {addr} closed the connection");
+                    replies.extend_from_slice(&chunk[..n]);
+                }
+            }
+        }
+        replies.drain(..at);
+        cycles += LOADER_DEPTH as u64;
+    }
+    cycles
 }
 
 #[tokio::main]
@@ -766,16 +1282,20 @@ async fn main() {
     }
 
     // (b) throughput, interleaved rounds as well.
-    throughput_round(&floor, &tput_prefix, plan.throughput_warmup).await;
-    throughput_round(&healthy, &tput_prefix, plan.throughput_warmup).await;
+    throughput_round(&floor, &tput_prefix, plan.throughput_warmup, false).await;
+    throughput_round(&healthy, &tput_prefix, plan.throughput_warmup, false).await;
     let (mut t_floor, mut t_healthy) = (Vec::new(), Vec::new());
     for round in 0..plan.throughput_rounds {
         if round % 2 == 0 {
-            t_floor.push(throughput_round(&floor, &tput_prefix, plan.throughput_round).await);
-            t_healthy.push(throughput_round(&healthy, &tput_prefix, plan.throughput_round).await);
+            t_floor
+                .push(throughput_round(&floor, &tput_prefix, plan.throughput_round, false).await);
+            t_healthy
+                .push(throughput_round(&healthy, &tput_prefix, plan.throughput_round, false).await);
         } else {
-            t_healthy.push(throughput_round(&healthy, &tput_prefix, plan.throughput_round).await);
-            t_floor.push(throughput_round(&floor, &tput_prefix, plan.throughput_round).await);
+            t_healthy
+                .push(throughput_round(&healthy, &tput_prefix, plan.throughput_round, false).await);
+            t_floor
+                .push(throughput_round(&floor, &tput_prefix, plan.throughput_round, false).await);
         }
     }
     // (f) 16 contenders on a semaphore of 4 permits.
@@ -789,12 +1309,89 @@ async fn main() {
     };
     // (d) 10,000 locks kept alive at once from this process.
     let keep = keep_alive_load(
-        &urls,
+        redlock(urls.clone(), None).await,
+        Meter::Clients,
         &format!("{run}:keep"),
         10_000,
-        Duration::from_secs(if plan.quick { 3 } else { 6 }),
+        plan.keep_ttl,
     )
     .await;
+
+    // (g) Each node a 3-shard cluster against 3 single servers, both local (with FREDLOCK_NODES,
+    // 3 local single servers of its own), so that the servers can be read and reset directly.
+    let own_singles;
+    let singles: &LocalNodes = match nodes.local() {
+        Some(local) => local,
+        None => {
+            own_singles = LocalNodes::start(3)
+                .await
+                .expect("start 3 local redis-server nodes");
+            &own_singles
+        }
+    };
+    let clusters: Vec<LocalCluster> = join_all((0..3).map(|_| LocalCluster::start(CLUSTER_SHARDS)))
+        .await
+        .into_iter()
+        .map(|c| c.expect("start a local 3-shard Redis Cluster"))
+        .collect();
+    let cluster_urls: Vec<String> = clusters.iter().map(LocalCluster::url).collect();
+    let single_servers = Server::all(singles);
+    let shard_servers: Vec<Server> = clusters
+        .iter()
+        .flat_map(|c| Server::all(c.nodes()))
+        .collect();
+    let single_lock = redlock(singles.urls(), None).await;
+    let cluster_lock = cluster_redlock(&cluster_urls).await;
+    let g_prefix = format!("{run}:g");
+    let on_single = Target::Fredlock(single_lock.clone());
+    let on_cluster = Target::Fredlock(cluster_lock.clone());
+    throughput_round(&on_single, &g_prefix, plan.throughput_warmup, true).await;
+    throughput_round(&on_cluster, &g_prefix, plan.throughput_warmup, true).await;
+    for server in single_servers.iter().chain(&shard_servers) {
+        server.reset_stats().await;
+    }
+    // What the servers burn idle, to take out of the CPU per command of (h).
+    let idle_window = plan.throughput_round * 3;
+    let (idle_single, idle_shards) = (
+        idle_rate(&single_servers, idle_window).await,
+        idle_rate(&shard_servers, idle_window).await,
+    );
+    let (mut g_single, mut g_cluster) = (Vec::new(), Vec::new());
+    for round in 0..plan.throughput_rounds {
+        for turn in 0..2 {
+            if (round + turn) % 2 == 0 {
+                let m = metered_round(
+                    &on_single,
+                    &g_prefix,
+                    plan.throughput_round,
+                    &single_servers,
+                );
+                g_single.push(m.await);
+            } else {
+                let m = metered_round(
+                    &on_cluster,
+                    &g_prefix,
+                    plan.throughput_round,
+                    &shard_servers,
+                );
+                g_cluster.push(m.await);
+            }
+        }
+    }
+    single_lock.close().await;
+    cluster_lock.close().await;
+    let g_keep = keep_alive_load(
+        cluster_redlock(&cluster_urls).await,
+        Meter::Servers(&shard_servers),
+        &format!("{run}:gkeep"),
+        plan.cluster_kept,
+        plan.keep_ttl,
+    )
+    .await;
+    drop(clusters);
+
+    // (h) One single server saturated by the pipelined loader.
+    let saturation = saturate(&single_servers[0], &format!("{run}:sat"), plan.saturation).await;
     let measured_for = run_started.elapsed();
 
     // The table.
@@ -818,13 +1415,17 @@ async fn main() {
     println!(
         "method: TTL {} s; serial: median over {} interleaved rounds of {} cycles per variant \
          (after {} warm-up cycles); throughput: {TASKS} tasks, median over {} interleaved rounds \
-         of {} ms per variant",
+         of {} ms per variant ((g) the same, single servers and clusters alternating); kept \
+         alive: TTL {} s, measured over two TTLs; loader: {} ms after {} ms of warm-up",
         TTL.as_secs(),
         plan.rounds,
         plan.cycles,
         plan.warmup_cycles,
         plan.throughput_rounds,
-        plan.throughput_round.as_millis()
+        plan.throughput_round.as_millis(),
+        plan.keep_ttl.as_secs(),
+        plan.saturation.as_millis(),
+        (plan.saturation / 5).as_millis()
     );
     println!();
     println!("| measurement | baseline | fredlock | ratio | target | met? |");
@@ -898,6 +1499,71 @@ async fn main() {
         keep.commands_per_second,
         keep.lost
     );
+    let g_total = |rounds: &[Metered]| {
+        let mut work = Work::default();
+        for m in rounds {
+            work.add(&m.work);
+        }
+        (work, rounds.iter().map(|m| m.round.cycles).sum::<u64>())
+    };
+    let (gs_work, gs_cycles) = g_total(&g_single);
+    let (gc_work, gc_cycles) = g_total(&g_cluster);
+    let g_rates = |r: &[Metered]| r.iter().map(|m| m.round.per_second).collect::<Vec<_>>();
+    let (gs, gc) = (median(g_rates(&g_single)), median(g_rates(&g_cluster)));
+    println!(
+        "| (g) {TASKS} tasks, a fresh key per cycle, each of 3 nodes a {CLUSTER_SHARDS}-shard Redis Cluster: cycles/s (baseline: fredlock on 3 single servers) | {gs:.0} | {gc:.0} | {:.3} | — (2 cores: distribution, not speed-up) | — |",
+        gc / gs
+    );
+    let cs = gs_work.commands() as f64 / gs_cycles.max(1) as f64;
+    let cc = gc_work.commands() as f64 / gc_cycles.max(1) as f64;
+    println!(
+        "| (g) Redis commands per acquire+release, all 3 nodes (INFO commandstats; baseline: single servers) | {cs:.2} | {cc:.2} | {:.3} | — | — |",
+        cc / cs
+    );
+    let even = 100.0 / CLUSTER_SHARDS as f64;
+    let (g_shares, g_min, g_max) = shares(&gc_work.per_server, CLUSTER_SHARDS);
+    println!(
+        "| (g) each shard's share of its node's commands, min / max of {} shards (even: {even:.1}%) | — | {g_min:.1}% / {g_max:.1}% | — | — | — |",
+        gc_work.per_server.len()
+    );
+    let d_per = keep.commands_per_second / keep.locks as f64;
+    let g_per = g_keep.commands_per_second / g_keep.locks as f64;
+    println!(
+        "| (g) {} locks kept alive on the clusters (TTL {} s): Redis commands/s per held lock, all nodes (baseline: (d), {} locks on single servers) | {d_per:.3} | {g_per:.3} | {:.3} | — | {} lost |",
+        g_keep.locks,
+        g_keep.ttl.as_secs(),
+        keep.locks,
+        g_per / d_per,
+        g_keep.lost
+    );
+    let (k_shares, k_min, k_max) = shares(&g_keep.per_server, CLUSTER_SHARDS);
+    println!(
+        "| (g) kept-alive locks on the clusters: each shard's share of its node's commands, min / max (even: {even:.1}%) | — | {k_min:.1}% / {k_max:.1}% | — | — | — |"
+    );
+    let (us_single, us_shard) = (gs_work.cpu_per_command_us(), gc_work.cpu_per_command_us());
+    let (net_single, net_shard) = (
+        gs_work.net_cpu_per_command_us(idle_single),
+        gc_work.net_cpu_per_command_us(idle_shards),
+    );
+    println!(
+        "| (h) redis-server CPU per Redis command during (g), net of the idle servers' own use, µs (baseline: single servers; fredlock: cluster shards) | {net_single:.2} | {net_shard:.2} | {:.3} | — | — |",
+        net_shard / net_single
+    );
+    println!(
+        "| (h) one redis-server driven by a pipelined raw-RESP loader ({LOADER_CONNECTIONS} connections x {LOADER_DEPTH} cycles in flight, SET NX PX + EVAL release): Redis commands/s (server CPU busy {:.0}%, loader {}) | — | {:.0} | — | — | {} |",
+        saturation.busy * 100.0,
+        saturation
+            .client_busy
+            .map_or("n/a".to_string(), |b| format!("{:.0}%", b * 100.0)),
+        saturation.commands_per_second,
+        if saturation.busy >= 0.9 { "saturated" } else { "**not saturated**" }
+    );
+    println!(
+        "| (d) server memory per held lock, per node, B (INFO used_memory - mem_clients_normal; baseline: single servers, (d); fredlock: a {CLUSTER_SHARDS}-shard cluster node, (g)) | {:.0} | {:.0} | {:.3} | — | — |",
+        keep.server_bytes_per_lock,
+        g_keep.server_bytes_per_lock,
+        g_keep.server_bytes_per_lock / keep.server_bytes_per_lock
+    );
     println!();
 
     // The spread behind the medians, and what the silent node did: enough to judge the noise.
@@ -938,6 +1604,81 @@ async fn main() {
             t.answered, t.pending, t.failed_timeout, t.failed_connection, t.failed_other
         );
     }
+    println!(
+        "(g) per-round cycles/s: single servers [{}], clusters [{}]",
+        list(&g_rates(&g_single)),
+        list(&g_rates(&g_cluster))
+    );
+    let g_cpu = |r: &[Metered]| {
+        let v: Option<Vec<f64>> = r.iter().map(|m| m.round.cpu_per_cycle_us).collect();
+        v.map(median)
+    };
+    if let (Some(s), Some(c)) = (g_cpu(&g_single), g_cpu(&g_cluster)) {
+        println!(
+            "(g) client CPU per cycle (median of rounds): single servers {s:.1} µs, clusters {c:.1} µs ({:.2}x)",
+            c / s
+        );
+    }
+    println!(
+        "(g) Redis commands per cycle, by command: single servers: {}; clusters: {}",
+        per_cycle(&gs_work, gs_cycles),
+        per_cycle(&gc_work, gc_cycles)
+    );
+    println!("(g) each node's commands by shard (node 1 · node 2 · node 3): {g_shares}");
+    println!("(g) kept-alive locks, each node's commands by shard: {k_shares}");
+    if keep.lost > 0 || g_keep.lost > 0 {
+        println!(
+            "(d), (g) WARNING: kept-alive locks were lost ({} of {} on single servers, acquired in {:.1} s; {} of {} on clusters, acquired in {:.1} s): this process could not extend them in time (is the machine overloaded?), so their commands/s are below the steady rate",
+            keep.lost,
+            keep.locks,
+            keep.acquired_in.as_secs_f64(),
+            g_keep.lost,
+            g_keep.locks,
+            g_keep.acquired_in.as_secs_f64()
+        );
+    }
+    println!(
+        "(d), (g) extension rounds per kept-alive lock over the two-TTL window (3 expected): single servers {:.2}, clusters {:.2}",
+        keep.extensions_per_lock, g_keep.extensions_per_lock
+    );
+    println!(
+        "(g) these {nproc} cores run the client, the 3 single servers and the 9 shards together: the cluster row shows how evenly the shards share the commands and what routing by slot costs the client, not a speed-up (on their own machines, each shard would bring its own core)"
+    );
+    let ttl_s = keep.ttl.as_secs_f64();
+    println!("(h) capacity inputs, from this run:");
+    println!(
+        "  - a lock cycle (acquire+release, one key): {cs:.1} Redis commands over the 3 nodes, {:.1} per node",
+        cs / 3.0
+    );
+    println!(
+        "  - a held lock with keep-alive (extended every 2/3 of the TTL; 3 nodes x 3 commands per round = 13.5 / TTL in s expected): {d_per:.2} commands/s over the 3 nodes at TTL {ttl_s:.0} s on single servers ({} lost), {g_per:.2} on clusters ({} lost), i.e. {:.1} and {:.1} / TTL in s per node",
+        keep.lost,
+        g_keep.lost,
+        d_per * ttl_s / 3.0,
+        g_per * g_keep.ttl.as_secs_f64() / 3.0
+    );
+    println!(
+        "  - redis-server CPU per command under fredlock's traffic in (g), net of idle use: {net_single:.2} µs on a single server, {net_shard:.2} µs on a cluster shard, i.e. {:.0} and {:.0} commands/s per fully busy core (gross: {us_single:.2} and {us_shard:.2} µs; idle: {:.1} ms/s for the 3 single servers, {:.1} ms/s for the 9 shards)",
+        1e6 / net_single,
+        1e6 / net_shard,
+        idle_single * 1e3,
+        idle_shards * 1e3
+    );
+    println!(
+        "  - pipelined (the loader): {:.2} µs per command, {:.0} commands/s at {:.0}% of a core, i.e. {:.0} commands/s per fully busy core",
+        saturation.cpu_per_command_us,
+        saturation.commands_per_second,
+        saturation.busy * 100.0,
+        1e6 / saturation.cpu_per_command_us
+    );
+    println!(
+        "  - memory per held lock: {:.0} B per node on single servers, {:.0} B per cluster node (keys of {} bytes, 32-character tokens); {} in the holding process",
+        keep.server_bytes_per_lock,
+        g_keep.server_bytes_per_lock,
+        format!("fredlock:{run}:keep:1234").len(),
+        keep.bytes_per_lock
+            .map_or("n/a".to_string(), |b| format!("{b:.0} B"))
+    );
     println!(
         "measured in {:.1} s (blackhole accepted {} connections)",
         measured_for.as_secs_f64(),
