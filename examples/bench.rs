@@ -1,4 +1,5 @@
-//! fredlock against a raw-fred floor, on the same nodes, in one run.
+//! fredlock against a raw-fred floor and a peer (rslock 0.10, the most used Rust Redlock), on
+//! the same nodes, in one run.
 //!
 //! ```text
 //! cargo run --release --example bench [-- --quick]
@@ -234,6 +235,8 @@ impl Floor {
 enum Target {
     Floor(Arc<Floor>),
     Fredlock(Redlock),
+    /// rslock 0.10 (redis-rs multiplexed connections), the most used Rust Redlock: a peer.
+    Rslock(Arc<rslock::LockManager>),
 }
 
 /// A resource name and the floor's key for it (a different key: fredlock's last release of a
@@ -241,12 +244,14 @@ enum Target {
 struct Names {
     resource: String,
     floor_key: String,
+    rslock_key: String,
 }
 
 impl Names {
     fn new(resource: String) -> Names {
         Names {
             floor_key: format!("floor:{resource}"),
+            rslock_key: format!("rslock:{resource}"),
             resource,
         }
     }
@@ -258,6 +263,14 @@ impl Target {
         match self {
             Target::Floor(floor) => {
                 floor.cycle(&names.floor_key).await;
+                None
+            }
+            Target::Rslock(manager) => {
+                let lock = manager
+                    .lock(names.rslock_key.as_bytes(), TTL)
+                    .await
+                    .unwrap_or_else(|e| panic!("rslock: lock {}: {e:?}", names.rslock_key));
+                manager.unlock(&lock).await;
                 None
             }
             Target::Fredlock(redlock) => {
@@ -1195,6 +1208,12 @@ async fn main() {
     );
 
     let floor = Target::Floor(Arc::new(Floor::connect(&urls).await));
+    let rslock = Target::Rslock(Arc::new({
+        let mut manager = rslock::LockManager::new(urls.clone());
+        // Own keys, so contention never retries; a retry would only show up as a failure.
+        manager.set_retry(3, Duration::from_millis(5));
+        manager
+    }));
     let healthy_redlock = redlock(urls.clone(), None).await;
     // Node names as fredlock shows them (`host:port/db`): URLs may carry passwords.
     let where_ = match &nodes {
@@ -1251,6 +1270,7 @@ async fn main() {
     // commands to it fail at once and leave nothing behind that could slow the others down.
     let mixed = [
         (&floor, serial_res.as_str()),
+        (&rslock, serial_res.as_str()),
         (&healthy, serial_res.as_str()),
         (&silent, silent_res.as_str()),
         (&fenced, fenced_res.as_str()),
@@ -1264,7 +1284,8 @@ async fn main() {
     serial_round(&alone, plan.warmup_cycles).await;
     settle().await;
 
-    let (mut s_floor, mut s_healthy, mut s_silent, mut s_stalled, mut s_fenced) = (
+    let (mut s_floor, mut s_rslock, mut s_healthy, mut s_silent, mut s_stalled, mut s_fenced) = (
+        Series::default(),
         Series::default(),
         Series::default(),
         Series::default(),
@@ -1273,7 +1294,13 @@ async fn main() {
     );
     for _ in 0..plan.rounds {
         let mut mixed_rounds = serial_round(&mixed, plan.cycles).await.into_iter();
-        for series in [&mut s_floor, &mut s_healthy, &mut s_silent, &mut s_fenced] {
+        for series in [
+            &mut s_floor,
+            &mut s_rslock,
+            &mut s_healthy,
+            &mut s_silent,
+            &mut s_fenced,
+        ] {
             series.push(mixed_rounds.next().expect("one result per variant"));
         }
         let mut alone_rounds = serial_round(&alone, plan.cycles).await.into_iter();
@@ -1283,19 +1310,20 @@ async fn main() {
 
     // (b) throughput, interleaved rounds as well.
     throughput_round(&floor, &tput_prefix, plan.throughput_warmup, false).await;
+    throughput_round(&rslock, &tput_prefix, plan.throughput_warmup, false).await;
     throughput_round(&healthy, &tput_prefix, plan.throughput_warmup, false).await;
-    let (mut t_floor, mut t_healthy) = (Vec::new(), Vec::new());
+    let (mut t_floor, mut t_rslock, mut t_healthy) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..plan.throughput_rounds {
-        if round % 2 == 0 {
-            t_floor
-                .push(throughput_round(&floor, &tput_prefix, plan.throughput_round, false).await);
-            t_healthy
-                .push(throughput_round(&healthy, &tput_prefix, plan.throughput_round, false).await);
-        } else {
-            t_healthy
-                .push(throughput_round(&healthy, &tput_prefix, plan.throughput_round, false).await);
-            t_floor
-                .push(throughput_round(&floor, &tput_prefix, plan.throughput_round, false).await);
+        // Each variant goes first, second and third in turn.
+        let mut order = [0, 1, 2];
+        order.rotate_left(round % 3);
+        for which in order {
+            let (target, into) = match which {
+                0 => (&floor, &mut t_floor),
+                1 => (&rslock, &mut t_rslock),
+                _ => (&healthy, &mut t_healthy),
+            };
+            into.push(throughput_round(target, &tput_prefix, plan.throughput_round, false).await);
         }
     }
     // (f) 16 contenders on a semaphore of 4 permits.
@@ -1404,6 +1432,7 @@ async fn main() {
         v.map(median)
     };
     let (tf, th) = (median(rates(&t_floor)), median(rates(&t_healthy)));
+    let (r50, r99, tr) = (s_rslock.p50(), s_rslock.p99(), median(rates(&t_rslock)));
     let (c50, c99) = (s_silent.p50(), s_silent.p99());
     let (d50, d99) = (s_stalled.p50(), s_stalled.p99());
 
@@ -1438,6 +1467,20 @@ async fn main() {
     println!(
         "| (a) serial acquire+release p99, µs (baseline: raw fred floor) | {f99:.1} | {h99:.1} | {:.3} | — | — |",
         h99 / f99
+    );
+    println!(
+        "| (a) serial acquire+release p50, µs (baseline: rslock 0.10) | {r50:.1} | {h50:.1} | {:.3} | ≤ 0.9 | {} |",
+        h50 / r50,
+        yes_no(h50 / r50 <= 0.9)
+    );
+    println!(
+        "| (a) serial acquire+release p99, µs (baseline: rslock 0.10) | {r99:.1} | {h99:.1} | {:.3} | — | — |",
+        h99 / r99
+    );
+    println!(
+        "| (b) {TASKS} tasks, own keys: cycles/s (baseline: rslock 0.10) | {tr:.0} | {th:.0} | {:.3} | ≥ 1.2 | {} |",
+        th / tr,
+        yes_no(th / tr >= 1.2)
     );
     println!(
         "| (b) {TASKS} tasks, own keys: cycles/s (baseline: raw fred floor) | {tf:.0} | {th:.0} | {:.3} | ≥ 0.95 | {} |",
@@ -1576,8 +1619,9 @@ async fn main() {
     for name in ["p50", "p99"] {
         let of = |s: &Series| list(if name == "p50" { &s.p50 } else { &s.p99 });
         println!(
-            "per-round {name} (µs): floor [{}], fredlock [{}], blackhole [{}], silent-after-connect [{}], fencing [{}]",
+            "per-round {name} (µs): floor [{}], rslock [{}], fredlock [{}], blackhole [{}], silent-after-connect [{}], fencing [{}]",
             of(&s_floor),
+            of(&s_rslock),
             of(&s_healthy),
             of(&s_silent),
             of(&s_stalled),
@@ -1585,14 +1629,16 @@ async fn main() {
         );
     }
     println!(
-        "per-round cycles/s: floor [{}], fredlock [{}]",
+        "per-round cycles/s: floor [{}], rslock [{}], fredlock [{}]",
         list(&rates(&t_floor)),
+        list(&rates(&t_rslock)),
         list(&rates(&t_healthy))
     );
-    if let (Some(f), Some(h)) = (cpu(&t_floor), cpu(&t_healthy)) {
+    if let (Some(f), Some(r), Some(h)) = (cpu(&t_floor), cpu(&t_rslock), cpu(&t_healthy)) {
         println!(
-            "(b) client CPU per cycle (this process, all threads; median of rounds): floor {f:.1} µs, fredlock {h:.1} µs ({:.2}x)",
-            h / f
+            "(b) client CPU per cycle (this process, all threads; median of rounds): floor {f:.1} µs, rslock {r:.1} µs, fredlock {h:.1} µs ({:.2}x the floor, {:.2}x rslock)",
+            h / f,
+            h / r
         );
     }
     for (name, t) in [

@@ -350,12 +350,18 @@ impl Shards {
 
     /// One command on the shard that owns `key`'s slot, following redirects. `args` are the
     /// command's arguments (the key among them); `timeout` bounds the whole exchange.
+    ///
+    /// `after`: a token whose key-creating commands must land first (a release). The first send
+    /// follows them on the same connection; but if this command is redirected, so was (or will
+    /// be) a `SET` of that token sent before it, and their resends race: the resend then waits
+    /// until that token's commands have settled ([`settled`](Self::settled)).
     pub(crate) async fn call(
         &self,
         cmd: &'static str,
         key: &str,
         args: Vec<Value>,
         timeout: Duration,
+        after: Option<&str>,
     ) -> Result<Value, NodeError> {
         let start = Instant::now();
         let slot = slots::slot(key);
@@ -415,6 +421,10 @@ impl Shards {
                     }
                     return Err(error);
                 }
+            }
+            if let Some(token) = after {
+                self.settled(token, timeout.saturating_sub(start.elapsed()))
+                    .await;
             }
         }
         Err(self.node_error(

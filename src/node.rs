@@ -262,7 +262,7 @@ impl Node {
                 let key = key.to_string();
                 // Boxed for the same reason as fred's futures below: the redirect loop holds
                 // fred futures, and every node future would otherwise carry them inline.
-                return Box::pin(shards.call(cmd, &key, args, timeout)).await;
+                return Box::pin(shards.call(cmd, &key, args, timeout, None)).await;
             }
         };
         let command = CustomCommand::new_static(cmd, ClusterHash::Offset(key_offset), false);
@@ -298,6 +298,25 @@ impl Node {
             }
             other => other,
         }
+    }
+
+    /// The release script over `held`'s keys; on a cluster node, a redirected resend waits for
+    /// this token's acquire (see `Shards::call`).
+    async fn release_script(&self, held: &Held, timeout: Duration) -> Result<Value, NodeError> {
+        let Backend::Cluster(shards) = &self.backend else {
+            let scripts = crate::scripts::Scripts::get();
+            return self.script(&scripts.release, held, None, timeout).await;
+        };
+        let scripts = crate::scripts::Scripts::get();
+        let Some(first) = held.keys.first() else {
+            return Ok(Value::Integer(0));
+        };
+        let mut args = Vec::with_capacity(held.keys.len() + 3);
+        args.push(Value::from(scripts.release.body));
+        args.push(Value::Integer(held.keys.len() as i64));
+        args.extend(held.keys.iter().map(|k| Value::from(k.as_str())));
+        args.push(Value::from(held.token.as_str()));
+        Box::pin(shards.call("EVAL", first, args, timeout, Some(&held.token))).await
     }
 
     /// A script over `held`'s keys with ARGV = token (and `extra`).
@@ -607,16 +626,19 @@ impl Node {
     /// node a release may need several steps (waiting for the token's acquire, redirects), so it
     /// runs in a task of its own that a dropped future does not stop.
     pub(crate) async fn release(self: Arc<Self>, held: Arc<Held>, timeout: Duration) -> Vote {
-        let Backend::Cluster(shards) = &self.backend else {
+        if !self.is_cluster() {
             return self.release_here(&held, timeout).await;
-        };
-        let shards = shards.clone();
+        }
         let name = self.name.clone();
-        let task = tokio::spawn(async move {
-            // Behind this token's acquire, which a redirect may have delayed.
-            shards.settled(&held.token, timeout).await;
-            self.release_here(&held, timeout).await
-        });
+        let mut work = Box::pin(async move { self.release_here(&held, timeout).await });
+        // Polled here first, which hands the command to the shard's connection at once: behind
+        // this token's SET there (if the SET is redirected, so is the release, whose resend then
+        // waits for it: see `Shards::call`), and ahead of a next acquire of the same key by this
+        // process (spawning first let that SET overtake the release and be refused).
+        if let std::task::Poll::Ready(vote) = futures::poll!(work.as_mut()) {
+            return vote;
+        }
+        let task = tokio::spawn(work);
         task.await.unwrap_or_else(|e| {
             Vote::Failed(NodeError {
                 node: name,
@@ -627,13 +649,12 @@ impl Node {
     }
 
     async fn release_here(&self, held: &Held, timeout: Duration) -> Vote {
-        let scripts = crate::scripts::Scripts::get();
         // Sent even to a duplicate (it only deletes our own token), but a duplicate's answer
         // is never counted.
         let counts = self.state.counts();
         let vote = match self.slot_groups(&held.keys) {
             None => {
-                let reply = self.script(&scripts.release, held, None, timeout).await;
+                let reply = self.release_script(held, timeout).await;
                 reply::released(&self.name, reply, held.keys.len())
             }
             Some(groups) => {
@@ -641,7 +662,7 @@ impl Node {
                 all(futures::future::join_all(groups.iter().map(|g| {
                     let sub = held.subset(g);
                     async move {
-                        let reply = this.script(&scripts.release, &sub, None, timeout).await;
+                        let reply = this.release_script(&sub, timeout).await;
                         reply::released(&this.name, reply, sub.keys.len())
                     }
                 }))
