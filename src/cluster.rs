@@ -27,11 +27,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use fred::clients::{Client, Pipeline};
-use fred::prelude::{ClientLike, Config, ErrorKind, Options, Server, ServerConfig, Value};
+use fred::prelude::{ClientLike, Config, ErrorKind, Server, ServerConfig, Value};
 use fred::types::{ClusterHash, CustomCommand};
 use tokio::sync::Notify;
 
-use crate::connection::{self, Link, Servers, State};
+use crate::connection::{self, options, Link, Servers, State};
 use crate::error::{NodeError, NodeErrorKind};
 use crate::slots;
 
@@ -496,15 +496,6 @@ async fn send(
     let _: Value = pipeline.custom(asking, Vec::<Value>::new()).await?;
     let _: Value = pipeline.custom(command, args).await?;
     Box::pin(pipeline.last::<Value>()).await
-}
-
-fn options(timeout: Duration) -> Options {
-    Options {
-        timeout: Some(timeout),
-        max_attempts: Some(1),
-        fail_fast: true,
-        ..Options::default()
-    }
 }
 
 #[derive(Debug, PartialEq, Eq)]

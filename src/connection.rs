@@ -302,6 +302,18 @@ fn os_code(details: &str) -> Option<i64> {
     digits.parse().ok()
 }
 
+/// fredlock's options on every command: fred's own timeout (a command that timed out before
+/// being written is skipped), one attempt (never replayed after a reconnect), fail fast while the
+/// connection is down (no queueing behind a reconnect).
+pub(crate) fn options(timeout: Duration) -> Options {
+    Options {
+        timeout: Some(timeout),
+        max_attempts: Some(1),
+        fail_fast: true,
+        ..Options::default()
+    }
+}
+
 /// A fred client for `config` with fredlock's settings; connecting happens later.
 pub(crate) fn client(mut config: fred::prelude::Config) -> Result<Client, fred::error::Error> {
     // The first attempt is made at once and its failure reported (fred's reconnect policy
@@ -408,14 +420,8 @@ async fn identify(client: &Client, state: &State) {
     let mut pause = Duration::from_millis(20);
     loop {
         let info = CustomCommand::new_static("INFO", ClusterHash::Random, false);
-        let options = Options {
-            timeout: Some(Duration::from_secs(2)),
-            max_attempts: Some(1),
-            fail_fast: true,
-            ..Options::default()
-        };
         let reply = client
-            .with_options(&options)
+            .with_options(&options(Duration::from_secs(2)))
             .custom::<Value, Value>(info, vec![Value::from("server")])
             .await;
         let identity = match reply {

@@ -21,12 +21,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::{
-    ClientLike, Config, Expiration, KeysInterface, Options, ServerConfig, SetOptions, Value,
+    ClientLike, Config, Expiration, KeysInterface, ServerConfig, SetOptions, Value,
 };
 use fred::types::{ClusterHash, CustomCommand};
 
 use crate::cluster::Shards;
-use crate::connection::{self, Link, Servers, State};
+use crate::connection::{self, options, Link, Servers, State};
 use crate::error::{InvalidInput, NodeError, NodeErrorKind, Vote};
 use crate::reply;
 use crate::scripts::Script;
@@ -702,18 +702,6 @@ impl Node {
 
     fn error(&self, e: fred::error::Error) -> NodeError {
         self.state.error(&e)
-    }
-}
-
-/// fredlock's options on every command: fred's own timeout (a command that timed out before
-/// being written is skipped), one attempt (never replayed after a reconnect), fail fast while the
-/// connection is down (no queueing behind a reconnect).
-fn options(timeout: Duration) -> Options {
-    Options {
-        timeout: Some(timeout),
-        max_attempts: Some(1),
-        fail_fast: true,
-        ..Options::default()
     }
 }
 

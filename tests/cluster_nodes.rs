@@ -105,6 +105,15 @@ async fn nothing_left(clusters: &[LocalCluster]) -> bool {
     .await
 }
 
+/// Fails the test, naming the keys, unless no lock key is left (see [`nothing_left`]).
+async fn assert_nothing_left(clusters: &[LocalCluster]) {
+    assert!(
+        nothing_left(clusters).await,
+        "{:?}",
+        lock_keys_left(clusters).await
+    );
+}
+
 /// Whether every node shows `token` at `resource` within 5 s (a lock is granted once a quorum
 /// answered; the last node's `SET` may still be on its way).
 async fn held_everywhere(redlock: &Redlock, resource: &str, token: &str) -> bool {
@@ -139,11 +148,7 @@ async fn every_operation_routes_to_the_shard_that_owns_the_key() {
         assert!(again.fencing_token().expect("token") > fence);
         again.release().await.expect("release");
     }
-    assert!(
-        nothing_left(&clusters).await,
-        "{:?}",
-        lock_keys_left(&clusters).await
-    );
+    assert_nothing_left(&clusters).await;
 
     // A multi-resource lock across three slots: one script per slot, granted on every node.
     let lock = redlock
@@ -162,11 +167,7 @@ async fn every_operation_routes_to_the_shard_that_owns_the_key() {
     assert!(contender.is_none());
     let report = lock.release().await.expect("release");
     assert!(clean(&report), "{report:?}");
-    assert!(
-        nothing_left(&clusters).await,
-        "{:?}",
-        lock_keys_left(&clusters).await
-    );
+    assert_nothing_left(&clusters).await;
 
     // Re-locking at once after a release: the release reaches each shard ahead of the next
     // acquire's SET, so no node is missing from the next lock (a release that was spawned
@@ -232,11 +233,7 @@ async fn every_operation_routes_to_the_shard_that_owns_the_key() {
     assert!(semaphore.try_acquire(TTL).await.expect("try").is_none());
     a.release().await.expect("release");
     b.release().await.expect("release");
-    assert!(
-        nothing_left(&clusters).await,
-        "{:?}",
-        lock_keys_left(&clusters).await
-    );
+    assert_nothing_left(&clusters).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -275,11 +272,7 @@ async fn a_dead_shard_fails_only_the_keys_of_its_slots() {
         .await
         .expect("acquire");
     lock.release().await.expect("release");
-    assert!(
-        nothing_left(&clusters).await,
-        "{:?}",
-        lock_keys_left(&clusters).await
-    );
+    assert_nothing_left(&clusters).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -287,7 +280,8 @@ async fn a_migrating_slot_leaks_nothing_and_never_grants_twice() {
     let mut clusters = clusters(3, 3).await;
     // Without fencing: a fencing counter left on the source with its lock key absent makes the
     // fenced script a multi-key request across a half-moved slot, which Redis refuses
-    // (TRYAGAIN) until the counter has moved (see the next test).
+    // (TRYAGAIN) until the counter has moved: that node's vote fails for the attempt (README,
+    // "Redis Cluster nodes").
     let redlock = redlock(&clusters, false).await;
     let r = resource_on(&clusters[0], 0, "moving").await;
     let key = format!("{PREFIX}{r}");
@@ -340,11 +334,7 @@ async fn a_migrating_slot_leaks_nothing_and_never_grants_twice() {
 
     // A lock held while its key migrates: extend and release follow it (ASK, then MOVED).
     // Nothing the contenders took is left (a denied attempt's clean-up follows the redirect).
-    assert!(
-        nothing_left(&clusters).await,
-        "{:?}",
-        lock_keys_left(&clusters).await
-    );
+    assert_nothing_left(&clusters).await;
     let mut lock = redlock.acquire(r.as_str(), TTL).await.expect("acquire");
     for c in &clusters {
         let slot = c.slot_of_key(&key).await.expect("slot");
@@ -363,11 +353,7 @@ async fn a_migrating_slot_leaks_nothing_and_never_grants_twice() {
         .expect("extend after the slot moved (MOVED)");
     let report = lock.release().await.expect("release");
     assert!(clean(&report), "{report:?}");
-    assert!(
-        nothing_left(&clusters).await,
-        "{:?}",
-        lock_keys_left(&clusters).await
-    );
+    assert_nothing_left(&clusters).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -428,9 +414,5 @@ async fn a_paused_shard_times_out_only_the_keys_of_its_slots() {
 
     // Once the shard wakes, whatever it executed late is cleaned up by the release retries.
     clusters[1].resume_shard(2).expect("resume");
-    assert!(
-        nothing_left(&clusters).await,
-        "{:?}",
-        lock_keys_left(&clusters).await
-    );
+    assert_nothing_left(&clusters).await;
 }
