@@ -21,8 +21,9 @@ scheduler: redis-server
 	$(CARGO) run --quiet --example scheduler
 
 ## make torture: fault-injection torture run with a safety checker: N=3 and N=5, each plain and in
-## fencing mode (semaphores in all), plus the negative controls (SECS=600 in all; SEED empty = a
-## random seed, printed for replay). Exit 1 on a violation or a control the checker missed.
+## fencing mode, and N=3 Redis Clusters of 3 shards, plain and in fencing mode (semaphores in all),
+## plus the negative controls (SECS=600 in all; SEED empty = a random seed, printed for replay).
+## Exit 1 on a violation or a control the checker missed.
 SECS ?= 600
 SEED ?=
 torture: redis-server

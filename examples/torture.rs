@@ -1,15 +1,21 @@
-//! The fault-injection torture run with its safety checker, for N = 3 and N = 5, plus the
-//! negative controls that prove the checker can see a violation.
+//! The fault-injection torture run with its safety checker, for N = 3 and N = 5, and for N = 3
+//! Redis Clusters of 3 shards each, plus the negative controls that prove the checker can see a
+//! violation.
 //!
 //! ```text
-//! make torture SECS=600 SEED=12345        # both N, 300 s each, then the controls
+//! make torture SECS=600 SEED=12345        # six runs of 100 s, then the controls
 //! cargo run --release --example torture -- --secs 120 --seed 7
 //! cargo run --release --example torture -- --secs 60 --nodes 5 --clients 6 --resources 2
+//! cargo run --release --example torture -- --mode cluster-plain --secs 120 --seed 7
 //! ```
 //!
-//! Without `--nodes`, the time is split between runs on 3 nodes and on 5; without `--mode`,
-//! each N runs once without and once with fencing (durable nodes, fenced locks and registers);
-//! semaphore permits are part of every run. Without
+//! `--mode` picks the runs: `plain` (plain nodes), `fencing` (plain nodes, fencing mode: durable
+//! nodes, fenced locks and registers), `both` (those two), `cluster-plain` and
+//! `cluster-fencing` (every node a Redis Cluster of `--shards` shards, 3 by default: the shards
+//! are killed, frozen, have their connections reset and their slots migrated, see
+//! `TortureConfig::cluster_shards`), `cluster` (those two), and `all` (the four; the default).
+//! Without `--nodes`, plain nodes run with 3 nodes and with 5, clusters with 3; the time is split
+//! evenly between the runs. Semaphore permits are part of every run. Without
 //! `--clients`/`--resources`, 40 clients share 30 resources (about 10,000 checked grants a
 //! minute on 2 cores); `--profile` prints where the clients' time went. Without
 //! `--seed`, a random seed is drawn and printed. A seed replays the same fault schedule and the
@@ -35,12 +41,45 @@ struct Args {
     resources: Option<usize>,
     /// Print where the clients' time went, by operation kind.
     profile: bool,
-    /// Which modes run: without fencing, with fencing (durable nodes), or both.
-    modes: Vec<bool>,
+    /// Which kinds of run: (cluster nodes, fencing).
+    modes: Vec<(bool, bool)>,
+    /// Shards per cluster node.
+    shards: usize,
+    /// `--mode` as given, for the replay command.
+    mode_name: Option<String>,
+}
+
+/// The command that replays every run of this invocation with `seed`.
+fn replay_all(args: &Args, seed: u64) -> String {
+    let mut cmd = format!(
+        "cargo run --release --example torture -- --secs {} --seed {seed}",
+        args.secs
+    );
+    let options = [
+        ("--nodes", args.nodes.map(|n| n.to_string())),
+        ("--clients", args.clients.map(|k| k.to_string())),
+        ("--resources", args.resources.map(|m| m.to_string())),
+        ("--mode", args.mode_name.clone()),
+        (
+            "--shards",
+            (args.shards != 3).then(|| args.shards.to_string()),
+        ),
+    ];
+    for (flag, value) in options {
+        if let Some(v) = value {
+            cmd.push_str(&format!(" {flag} {v}"));
+        }
+    }
+    cmd
 }
 
 const USAGE: &str =
-    "usage: torture [--secs N] [--seed S] [--nodes 3|5] [--clients K] [--resources M] [--mode both|plain|fencing] [--profile]";
+    "usage: torture [--secs N] [--seed S] [--nodes 3|5] [--clients K] [--resources M] [--mode all|both|plain|fencing|cluster|cluster-plain|cluster-fencing] [--shards S] [--profile]";
+
+/// Plain nodes without and with fencing.
+const PLAIN_MODES: [(bool, bool); 2] = [(false, false), (false, true)];
+/// Cluster nodes without and with fencing.
+const CLUSTER_MODES: [(bool, bool); 2] = [(true, false), (true, true)];
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -50,7 +89,9 @@ fn parse_args() -> Result<Args, String> {
         clients: None,
         resources: None,
         profile: false,
-        modes: vec![false, true],
+        modes: PLAIN_MODES.into_iter().chain(CLUSTER_MODES).collect(),
+        shards: 3,
+        mode_name: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -91,16 +132,30 @@ fn parse_args() -> Result<Args, String> {
             "--clients" => args.clients = Some((number("--clients")? as usize).max(1)),
             "--resources" => args.resources = Some((number("--resources")? as usize).max(1)),
             "--mode" => {
+                args.mode_name = Some(value.clone());
                 args.modes = match value.as_str() {
-                    "both" => vec![false, true],
-                    "plain" => vec![false],
-                    "fencing" => vec![true],
+                    "all" => PLAIN_MODES.into_iter().chain(CLUSTER_MODES).collect(),
+                    "both" => PLAIN_MODES.to_vec(),
+                    "plain" => vec![(false, false)],
+                    "fencing" => vec![(false, true)],
+                    "cluster" => CLUSTER_MODES.to_vec(),
+                    "cluster-plain" => vec![(true, false)],
+                    "cluster-fencing" => vec![(true, true)],
                     other => {
                         return Err(format!(
-                            "--mode must be both, plain or fencing, not {other:?}"
+                            "--mode must be all, both, plain, fencing, cluster, cluster-plain or cluster-fencing, not {other:?}"
                         ))
                     }
                 }
+            }
+            "--shards" => {
+                let s = number("--shards")? as usize;
+                if s < 3 {
+                    // With fewer, a shard down leaves the others in the minority of the
+                    // cluster, which then refuses every key.
+                    return Err(format!("--shards must be at least 3, not {s}"));
+                }
+                args.shards = s;
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -124,28 +179,42 @@ async fn main() -> ExitCode {
         eprintln!("torture: a debug build; use --release for long runs");
     }
     let seed = args.seed.unwrap_or_else(torture::random_seed);
-    let node_counts = match args.nodes {
-        Some(n) => vec![n],
-        None => vec![3, 5],
-    };
-    let runs: Vec<(usize, bool)> = node_counts
-        .iter()
-        .flat_map(|&n| args.modes.iter().map(move |&f| (n, f)))
-        .collect();
+    // Plain nodes first (N = 3, then 5; each without, then with fencing), then clusters.
+    let plain_counts = args.nodes.map_or(vec![3, 5], |n| vec![n]);
+    let cluster_counts = args.nodes.map_or(vec![3], |n| vec![n]);
+    let mut runs: Vec<(usize, (bool, bool))> = Vec::new();
+    for &n in &plain_counts {
+        runs.extend(args.modes.iter().filter(|m| !m.0).map(|&m| (n, m)));
+    }
+    for &n in &cluster_counts {
+        runs.extend(args.modes.iter().filter(|m| m.0).map(|&m| (n, m)));
+    }
     let per_run = Duration::from_secs(args.secs / runs.len() as u64);
+    let configs: Vec<TortureConfig> = runs
+        .iter()
+        .map(|&(n, (cluster, fencing))| {
+            let mut config = TortureConfig::new(n, seed, per_run);
+            if cluster {
+                config = config.on_clusters(args.shards);
+            }
+            config.fencing = fencing;
+            config.clients = args.clients.unwrap_or(LONG_RUN_CLIENTS);
+            config.resources = args.resources.unwrap_or(LONG_RUN_RESOURCES);
+            config
+        })
+        .collect();
+    let labels: Vec<String> = configs.iter().map(TortureConfig::label).collect();
     println!(
-        "torture: seed {seed}, {} s per run, runs (N, fencing) = {runs:?} (replay all: `cargo run --release --example torture -- --secs {} --seed {seed}`)",
+        "torture: seed {seed}, {} s per run, runs {labels:?} (replay all: `{}`)",
         per_run.as_secs(),
-        args.secs
+        replay_all(&args, seed)
     );
+    let any_cluster = configs.iter().any(|c| c.cluster_shards.is_some());
     let mut reports = Vec::new();
-    for (n, fencing) in runs {
-        let mut config = TortureConfig::new(n, seed, per_run);
-        config.fencing = fencing;
-        config.clients = args.clients.unwrap_or(LONG_RUN_CLIENTS);
-        config.resources = args.resources.unwrap_or(LONG_RUN_RESOURCES);
+    for config in configs {
+        let label = config.label();
         eprintln!(
-            "torture: N={n}, fencing {fencing}, K={}, M={}, {} s ...",
+            "torture: {label}, K={}, M={}, {} s ...",
             config.clients,
             config.resources,
             per_run.as_secs()
@@ -153,7 +222,7 @@ async fn main() -> ExitCode {
         match torture::run(config).await {
             Ok(report) => {
                 eprintln!(
-                    "torture: N={n}, fencing {fencing}: {} grants, {} violations",
+                    "torture: {label}: {} grants, {} violations",
                     report.stats.granted,
                     report.violations()
                 );
@@ -172,13 +241,16 @@ async fn main() -> ExitCode {
                 reports.push(report);
             }
             Err(e) => {
-                eprintln!("torture: N={n} could not run: {e}");
+                eprintln!("torture: {label} could not run: {e}");
                 return ExitCode::from(2);
             }
         }
     }
     eprintln!("torture: negative controls ...");
-    let controls = torture::negative_controls().await;
+    let mut controls = torture::negative_controls().await;
+    if any_cluster {
+        controls.extend(torture::cluster_controls(args.shards).await);
+    }
     println!("{}", torture::markdown(&reports, &controls));
     let violations: usize = reports.iter().map(|r| r.violations()).sum();
     let failed_controls = controls.iter().filter(|c| !c.pass).count();

@@ -1,9 +1,11 @@
 //! A short torture run (N = 3 and N = 5, each 13 s without and 13 s with fencing; semaphore
 //! permits in every run; every fault of rows 1-9, 13-15) must find
 //! no violation within Redlock's assumptions, and every negative control must find the
-//! violation planted in it (the delayed-restart control none). The table is printed (see it with
-//! `--nocapture`). The seed is fixed; `FREDLOCK_TORTURE_SEED` overrides it, and a failing seed
-//! replays with the command the table prints. `make torture` runs the long version.
+//! violation planted in it (the delayed-restart control none). The same on N = 3 Redis Clusters
+//! of 3 shards (shards killed, frozen, their connections reset, slots migrating), with row 11's
+//! control on clusters (a shard restarted EMPTY at once must be caught). The tables are printed
+//! (see them with `--nocapture`). The seed is fixed; `FREDLOCK_TORTURE_SEED` overrides it, and a
+//! failing seed replays with the command the table prints. `make torture` runs the long version.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -13,8 +15,12 @@ use fredlock_testkit::torture::{self, FaultKind, TortureConfig};
 const DEFAULT_SEED: u64 = 0x5EED_2024;
 /// Each N runs once without and once with fencing (durable nodes, fenced locks and registers).
 const RUN: Duration = Duration::from_secs(13);
+/// The cluster runs (each start forms three clusters, and a shard restart waits about the
+/// cluster's node timeout): once without and once with fencing.
+const CLUSTER_RUN: Duration = Duration::from_secs(10);
+const SHARDS: usize = 3;
 
-/// The two tests each start several redis-servers and load both cores: run them one at a time
+/// The tests each start several redis-servers and load both cores: run them one at a time
 /// (a starved machine would only test the scheduler).
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -123,4 +129,87 @@ fn negative_controls_detect_the_planted_violations() {
             assert_eq!(c.violations, 0);
         }
     }
+}
+
+#[test]
+fn cluster_torture_finds_no_violation_and_its_control_is_caught() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let seed = seed();
+    println!("cluster torture seed {seed} (set FREDLOCK_TORTURE_SEED to change it)");
+    let started = Instant::now();
+    let (reports, controls) = runtime().block_on(async {
+        let mut reports = Vec::new();
+        for fencing in [false, true] {
+            let mut config = TortureConfig::new(3, seed, CLUSTER_RUN).on_clusters(SHARDS);
+            config.fencing = fencing;
+            let report = torture::run(config)
+                .await
+                .expect("set up the cluster torture run (is redis-server installed?)");
+            reports.push(report);
+        }
+        (reports, torture::cluster_controls(SHARDS).await)
+    });
+    println!("{}", torture::markdown(&reports, &controls));
+    println!("wall time {:?}", started.elapsed());
+    for r in &reports {
+        let run = r.config.label();
+        assert_eq!(
+            r.violations(),
+            0,
+            "{run}, seed {seed}: {:#?}",
+            r.check.violations.iter().take(5).collect::<Vec<_>>()
+        );
+        // The run did something worth checking (not only unavailable nodes).
+        assert!(
+            r.stats.granted >= 100,
+            "{run}: only {} grants",
+            r.stats.granted
+        );
+        assert!(
+            r.check.verified_sections >= 50,
+            "{run}: only {} verified sections",
+            r.check.verified_sections
+        );
+        assert!(
+            r.check.writes_completed >= 100,
+            "{run}: only {} counter writes",
+            r.check.writes_completed
+        );
+        // Every cluster fault was injected, none of the proxies' (there are none).
+        for &kind in FaultKind::CLUSTER.iter() {
+            assert!(r.faults.contains_key(&kind), "{run}: no {kind:?} injected");
+        }
+        assert!(
+            r.faults.keys().all(|k| FaultKind::CLUSTER.contains(k)),
+            "{run}: {:?}",
+            r.faults.keys()
+        );
+        assert_eq!(
+            r.stats.data_errors, 0,
+            "{run}: the data node is never faulted"
+        );
+        assert!(
+            r.stats.permits >= 10,
+            "{run}: only {} permits",
+            r.stats.permits
+        );
+        if r.config.fencing {
+            assert!(
+                r.stats.fenced_accepted >= 10,
+                "{run}: only {} fenced writes accepted",
+                r.stats.fenced_accepted
+            );
+        }
+    }
+    // Row 11 on clusters: a shard restarted EMPTY at once is caught, the delayed restart is not.
+    assert_eq!(controls.len(), 2);
+    for c in &controls {
+        assert!(
+            c.pass,
+            "cluster control {:?} (row {}) failed: {c:#?}",
+            c.name, c.row
+        );
+    }
+    assert!(controls[0].expect_violation && controls[0].violations >= 1);
+    assert!(!controls[1].expect_violation && controls[1].violations == 0);
 }

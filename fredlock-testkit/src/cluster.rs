@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::server::{LocalNodes, Options, RespValue};
+use crate::server::{resp_pipeline, LocalNodes, Options, RespValue};
 
 /// Number of hash slots of a Redis Cluster.
 pub const CLUSTER_SLOTS: u16 = 16_384;
@@ -105,6 +105,19 @@ impl LocalCluster {
     /// and waits (at most 30 s) until every shard reports `cluster_state:ok` and sees all 16384
     /// slots at their owners. `shards` must be 1 to 16384.
     pub async fn start(shards: usize) -> io::Result<LocalCluster> {
+        Self::start_with(shards, false).await
+    }
+
+    /// As [`start`](Self::start), but every shard persists each write before answering
+    /// (`--appendonly yes --appendfsync always`), so that [`restart_shard`](Self::restart_shard)
+    /// and [`start_shard`](Self::start_shard) bring a shard back WITH every acknowledged write:
+    /// the configuration fencing counters need (they never expire, so only durability protects
+    /// them across a crash).
+    pub async fn start_durable(shards: usize) -> io::Result<LocalCluster> {
+        Self::start_with(shards, true).await
+    }
+
+    async fn start_with(shards: usize, durable: bool) -> io::Result<LocalCluster> {
         if shards == 0 || shards > usize::from(CLUSTER_SLOTS) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -122,7 +135,7 @@ impl LocalCluster {
             ]
             .map(String::from)
             .to_vec(),
-            ..Options::default()
+            durable,
         };
         let nodes = LocalNodes::start_with(shards, options).await?;
         let mut ids = Vec::with_capacity(shards);
@@ -308,10 +321,58 @@ impl LocalCluster {
     /// Kills shard `i` (if running) and starts it again on the same ports, EMPTY but with its
     /// cluster configuration (node id, peers, slots), then waits (at most 30 s) until the whole
     /// cluster is healthy again ([`wait_ok`](Self::wait_ok)). Every other shard must be running.
+    /// A shard of a [`start_durable`](Self::start_durable) cluster comes back with its data.
     pub async fn restart_shard(&mut self, i: usize) -> io::Result<()> {
         self.kill_shard(i)?;
         self.nodes.start_node(i).await?;
         self.wait_ok().await
+    }
+
+    /// Starts shard `i` again after [`kill_shard`](Self::kill_shard) (empty, or with its data if
+    /// durable; with its cluster configuration) and returns once it answers `PING`, WITHOUT
+    /// waiting for the cluster to be healthy: to bring back several shards killed together,
+    /// start each, then [`wait_ok`](Self::wait_ok). Does nothing if it is running.
+    pub async fn start_shard(&mut self, i: usize) -> io::Result<()> {
+        self.check(i)?;
+        self.nodes.start_node(i).await
+    }
+
+    /// Sends one command about `key` (`args` is the whole command, `key` among them) to the shard
+    /// that owns `key`'s slot in this value's table, over a fresh connection, and follows one
+    /// redirect: `-ASK` (a migration in progress, the key not on the source: `ASKING` and the
+    /// command on one connection to the target) or `-MOVED`. Any other reply, error replies
+    /// included, is returned as it is. `timeout` bounds each round trip.
+    pub async fn command_for_key(
+        &self,
+        key: &str,
+        args: &[&str],
+        timeout: Duration,
+    ) -> io::Result<RespValue> {
+        let shard = self.shard_of_key(key).await?;
+        let reply = self.nodes.command_timeout(shard, args, timeout).await?;
+        let RespValue::Error(e) = &reply else {
+            return Ok(reply);
+        };
+        let mut parts = e.split_whitespace();
+        let (kind, _slot, addr) = (parts.next(), parts.next(), parts.next());
+        let Some(to) = addr
+            .and_then(|a| a.rsplit_once(':'))
+            .and_then(|(_, port)| port.parse::<u16>().ok())
+            .and_then(|port| (0..self.shards()).find(|&s| self.port(s) == port))
+        else {
+            return Ok(reply);
+        };
+        match kind {
+            Some("ASK") => {
+                let mut replies =
+                    resp_pipeline(self.addr(to), &[&["ASKING"], args], timeout).await?;
+                replies
+                    .pop()
+                    .ok_or_else(|| invalid_data("no reply after ASKING".to_string()))
+            }
+            Some("MOVED") => self.nodes.command_timeout(to, args, timeout).await,
+            _ => Ok(reply),
+        }
     }
 
     /// Whether shard `i`'s process is alive (a paused shard counts as running).
@@ -326,12 +387,7 @@ impl LocalCluster {
     pub async fn wait_ok(&self) -> io::Result<()> {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            let mut problems = Vec::new();
-            for i in 0..self.shards() {
-                if let Err(problem) = self.shard_ok(i).await {
-                    problems.push(format!("shard {i} (port {}): {problem}", self.port(i)));
-                }
-            }
+            let problems = self.problems().await;
             if problems.is_empty() {
                 return Ok(());
             }
@@ -346,6 +402,32 @@ impl LocalCluster {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// One look at every shard: `Ok` when [`wait_ok`](Self::wait_ok) would return at once, an
+    /// error naming each shard's problem otherwise. For a caller that waits in its own way (for
+    /// example without holding a lock on this value between two looks).
+    pub async fn check_ok(&self) -> io::Result<()> {
+        let problems = self.problems().await;
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!(
+                "cluster not healthy:\n{}",
+                problems.join("\n")
+            )))
+        }
+    }
+
+    /// What keeps each shard from [`shard_ok`](Self::shard_ok), one line a shard.
+    async fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for i in 0..self.shards() {
+            if let Err(problem) = self.shard_ok(i).await {
+                problems.push(format!("shard {i} (port {}): {problem}", self.port(i)));
+            }
+        }
+        problems
     }
 
     /// Starts moving `slot` from its owner to shard `to`, and stops half-way: `IMPORTING` on

@@ -1,10 +1,11 @@
 //! The negative controls: deterministic scenarios outside Redlock's assumptions (rows 11 and 12)
-//! where the checker MUST find the overlap, and the same made safe, where it must find nothing.
+//! where the checker MUST find the overlap, and the same made safe, where it must find nothing;
+//! row 11 again on cluster nodes, where the process that restarts empty is one shard.
 //!
-//! Owns the controls' own small set-up (three fresh nodes, two clients, a data node) and their
-//! verdicts. Must not use the torture run's schedule, fault lanes or workers (only its data-node
-//! client): a control is a fixed script, so that its outcome says something about the checker
-//! alone.
+//! Owns the controls' own small set-up (three fresh nodes or clusters, two clients, a data node)
+//! and their verdicts. Must not use the torture run's schedule, fault lanes or workers (only its
+//! data-node client and its node control): a control is a fixed script, so that its outcome says
+//! something about the checker alone.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -16,11 +17,15 @@ use fredlock::fred::prelude::{KeysInterface, Value};
 use fredlock::{Lock, Redlock, Retry};
 use tokio::time::Instant;
 
-use super::env::{data_client, data_key, io_err};
+use super::env::{data_client, data_key, io_err, serving_every_node};
+use super::nodes::Nodes;
 use super::schedule::ms;
 use super::RESTART_MARGIN;
 use crate::checker::{Checker, CheckerReport, DataValue, GrantId, GrantKind, ViolationKind};
 use crate::{LocalNodes, RespValue};
+
+/// Upper bound of one raw command of a control's set-up.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One negative control's outcome.
 #[derive(Debug, Clone)]
@@ -44,9 +49,9 @@ pub struct ControlResult {
     pub detail: String,
 }
 
-/// Two clients straight on three fresh nodes, a data node, a checker.
+/// Two clients straight on three fresh nodes (or clusters), a data node, a checker.
 struct ControlEnv {
-    nodes: LocalNodes,
+    nodes: Nodes,
     _data_node: LocalNodes,
     data: Client,
     a: Redlock,
@@ -55,8 +60,12 @@ struct ControlEnv {
 }
 
 impl ControlEnv {
-    async fn start() -> io::Result<ControlEnv> {
-        let nodes = LocalNodes::start(3).await?;
+    /// Three plain nodes, or (`Some(shards)`) three clusters of `shards` shards.
+    async fn start(cluster_shards: Option<usize>) -> io::Result<ControlEnv> {
+        let nodes = match cluster_shards {
+            Some(shards) => Nodes::start_clusters(3, shards, false).await?,
+            None => Nodes::Plain(LocalNodes::start(3).await?),
+        };
         let data_node = LocalNodes::start(1).await?;
         let data = data_client(&data_node.url(0)).await?;
         let client = || {
@@ -68,6 +77,11 @@ impl ControlEnv {
         };
         let a = client().await.map_err(io_err)?;
         let b = client().await.map_err(io_err)?;
+        if cluster_shards.is_some() {
+            // A placement on exactly [0, 1] needs every node's slot table read first.
+            serving_every_node(&a).await?;
+            serving_every_node(&b).await?;
+        }
         Ok(ControlEnv {
             nodes,
             _data_node: data_node,
@@ -108,11 +122,8 @@ impl ControlEnv {
     }
 
     async fn block(&self, node: usize, key: &str) -> io::Result<()> {
-        expect_ok(
-            self.nodes
-                .command(node, &["SET", key, "blocker", "PX", "60000"])
-                .await?,
-        )
+        let args = ["SET", key, "blocker", "PX", "60000"];
+        expect_ok(self.nodes.command(node, key, &args, SETUP_TIMEOUT).await?)
     }
 
     /// Where `token` is held, as node indices.
@@ -157,7 +168,8 @@ impl ControlEnv {
         if at != [0, 1] {
             return Err(io_err(format!("set-up: A is on {at:?}, not [0, 1]")));
         }
-        expect_ok_int(self.nodes.command(2, &["DEL", key.as_str()]).await?)?;
+        let del = ["DEL", key.as_str()];
+        expect_ok_int(self.nodes.command(2, &key, &del, SETUP_TIMEOUT).await?)?;
         Ok((lock, g))
     }
 
@@ -184,19 +196,33 @@ fn expect_ok_int(reply: RespValue) -> io::Result<()> {
 }
 
 /// Row 11: A holds {0, 1}; node 1 restarts EMPTY (at once, or after A's TTL); B acquires.
-/// A reads the counter before B's grant and writes it after B's increment.
-async fn control_row11(delayed: bool) -> io::Result<(CheckerReport, String)> {
-    let mut env = ControlEnv::start().await?;
+/// A reads the counter before B's grant and writes it after B's increment. On cluster nodes
+/// (`Some(shards)`), what restarts is the shard of node 1 that holds A's key.
+async fn control_row11(
+    delayed: bool,
+    cluster_shards: Option<usize>,
+) -> io::Result<(CheckerReport, String)> {
+    let mut env = ControlEnv::start(cluster_shards).await?;
     let r = "control:row11";
-    let ttl = if delayed { ms(1000) } else { ms(5000) };
+    // A must outlive a cluster shard's restart (Redis' 2 s writable delay) and B's acquire.
+    let ttl = match (delayed, cluster_shards) {
+        (true, _) => ms(1000),
+        (false, None) => ms(5000),
+        (false, Some(_)) => ms(10_000),
+    };
     let (lock_a, ga) = env.a_on_0_1(r, ttl).await?;
+    let key_a = env.a.key(r);
+    let what = match cluster_shards {
+        Some(_) => "node 1's shard holding A's key",
+        None => "node 1",
+    };
     let detail;
     if delayed {
         // A works inside its window and stops; node 1 comes back only after A's TTL.
         let read = env.read(r).await?;
         env.write(ga, r, read).await?;
         tokio::time::sleep_until(lock_a.acquired_at() + ttl + RESTART_MARGIN).await;
-        env.nodes.restart(1).await?;
+        env.nodes.restart_holding(1, &key_a).await?;
         let (lock_b, gb) = env.acquire_b(r, ms(5000)).await?;
         let at_b = env.placement(r, lock_b.token()).await?;
         let read = env.read(r).await?;
@@ -205,9 +231,9 @@ async fn control_row11(delayed: bool) -> io::Result<(CheckerReport, String)> {
         let _ = lock_b.release().await;
         env.checker.close(ga, Instant::now(), lock_a.deadline());
         let _ = lock_a.release().await;
-        detail = format!("A on [0, 1], node 1 restarted after A's TTL, B on {at_b:?}");
+        detail = format!("A on [0, 1], {what} restarted after A's TTL, B on {at_b:?}");
     } else {
-        env.nodes.restart(1).await?;
+        env.nodes.restart_holding(1, &key_a).await?;
         let a_read = env.read(r).await?;
         let (lock_b, gb) = env.acquire_b(r, ms(5000)).await?;
         let at_b = env.placement(r, lock_b.token()).await?;
@@ -222,17 +248,19 @@ async fn control_row11(delayed: bool) -> io::Result<(CheckerReport, String)> {
         env.checker.close(ga, Instant::now(), lock_a.deadline());
         let _ = lock_a.release().await;
         detail =
-            format!("A on [0, 1], node 1 restarted empty at once, B on {at_b:?} while A valid");
+            format!("A on [0, 1], {what} restarted empty at once, B on {at_b:?} while A valid");
     }
     Ok((env.finish(r).await?, detail))
 }
 
 /// Row 12: A holds {0, 1}; node 1's clock "jumps" (PEXPIRE 1 ms); node 2 is free; B acquires.
 async fn control_row12() -> io::Result<(CheckerReport, String)> {
-    let env = ControlEnv::start().await?;
+    let env = ControlEnv::start(None).await?;
     let r = "control:row12";
     let (lock_a, ga) = env.a_on_0_1(r, ms(5000)).await?;
-    if !env.nodes.pexpire(1, &env.a.key(r), 1).await? {
+    let key = env.a.key(r);
+    let pexpire = ["PEXPIRE", key.as_str(), "1"];
+    if env.nodes.command(1, &key, &pexpire, SETUP_TIMEOUT).await? != RespValue::Integer(1) {
         return Err(io_err("set-up: A's key missing on node 1"));
     }
     tokio::time::sleep(ms(10)).await;
@@ -304,14 +332,14 @@ pub async fn negative_controls() -> Vec<ControlResult> {
             "node restarted EMPTY at once, B acquires while A is valid",
             "11",
             Some(ViolationKind::Overlap),
-            control_row11(false),
+            control_row11(false, None),
         )
         .await,
         control(
             "same, delayed restart (after A's TTL)",
             "11",
             None,
-            control_row11(true),
+            control_row11(true, None),
         )
         .await,
         control(
@@ -324,4 +352,29 @@ pub async fn negative_controls() -> Vec<ControlResult> {
     ];
     controls.extend(super::mode_controls::mode_controls().await);
     controls
+}
+
+/// Row 11 on cluster nodes (three clusters of `shards` shards, 3 or more): A holds {0, 1}; the
+/// ONE shard of node 1 that holds A's key restarts EMPTY at once (the other shards of the node
+/// keep their keys), B acquires while A is valid; the checker MUST find the overlap. Then the
+/// same with the restart delayed past A's TTL, where it must find nothing. This is the restart
+/// rule Redlock needs, and the cluster torture run keeps it (its shard kills restart only after
+/// the max TTL).
+pub async fn cluster_controls(shards: usize) -> Vec<ControlResult> {
+    vec![
+        control(
+            "cluster nodes: the shard holding A's key restarted EMPTY at once, B acquires while A is valid",
+            "11",
+            Some(ViolationKind::Overlap),
+            control_row11(false, Some(shards)),
+        )
+        .await,
+        control(
+            "same on cluster nodes, delayed restart (after A's TTL)",
+            "11",
+            None,
+            control_row11(true, Some(shards)),
+        )
+        .await,
+    ]
 }

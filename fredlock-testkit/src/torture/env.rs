@@ -1,10 +1,10 @@
 //! What the clients and the fault lanes share ([`Env`]): the nodes under admin control, the
-//! observer, the proxies' board, the node epochs, the resources; its set-up before a run, the
-//! checks on the nodes after it, and the data node's client.
+//! observer, the proxies' board, the node epochs and locks, the resources; its set-up before a
+//! run, the checks on the nodes after it, and the data node's client.
 //!
 //! Owns the run's shared state and the raw node access around a run (planting foreign keys,
-//! the final key checks, reading the counters). Must not inject faults (that is `faults.rs`) nor
-//! run client operations (that is `worker/`).
+//! the final key checks, reading the counters). Must not inject faults (that is `faults.rs` and
+//! `cluster_faults.rs`) nor run client operations (that is `worker/`).
 
 use std::collections::HashMap;
 use std::io;
@@ -15,40 +15,52 @@ use std::time::Duration;
 use fredlock::fred::clients::Client;
 use fredlock::fred::prelude::{ClientLike, Config, KeysInterface, LuaInterface, ReconnectPolicy};
 use fredlock::{Redlock, Retry};
-use tokio::sync::RwLock;
+use tokio::sync::{Mutex, MutexGuard, RwLock};
+use tokio::time::Instant;
 
 use super::faults::Board;
-use super::worker::{fenced_resource, register_keys, FENCED_RESOURCES};
+use super::nodes::{settle, Nodes};
+use super::schedule::ms;
+use super::worker::{fenced_resource, register_keys, FENCED_RESOURCES, SEMAPHORES};
 use super::{TortureConfig, FOREIGN_VALUE};
 use crate::checker::{Checker, ViolationKind};
-use crate::{FaultProxy, LocalNodes};
+use crate::FaultProxy;
 
 /// Per-node timeout of the observer's inspections.
 const OBSERVER_TIMEOUT: Duration = Duration::from_millis(100);
+/// Cluster nodes: how long the run waits at its start for every client to have read every
+/// node's slot table.
+const CLUSTER_READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the clients and the fault lanes share.
 pub(super) struct Env {
     pub(super) config: TortureConfig,
     pub(super) checker: Arc<Checker>,
     pub(super) observer: Redlock,
-    pub(super) admin: RwLock<LocalNodes>,
+    pub(super) admin: RwLock<Nodes>,
     pub(super) board: Board,
     /// Per node, bumped whenever it is killed, restarted, paused or resumed: a check that
     /// depends on a node's keys skips nodes whose epoch moved (a frozen node can execute an old
     /// `SET` late when it resumes; a restarted one lost everything).
     pub(super) epochs: Vec<AtomicU64>,
+    /// Per node, held by a fault episode that acts on it (see [`Env::hold_nodes`]).
+    node_locks: Vec<Mutex<()>>,
     pub(super) resources: Vec<String>,
     pub(super) foreign: Vec<String>,
     pub(super) foreign_px: u64,
+    /// Cluster nodes: the keys whose slots the migrations move: the lock keys of the contended
+    /// resources, the semaphores' keys and, in fencing mode, the fenced resources' lock keys
+    /// (their counters share their slots).
+    pub(super) migratable: Vec<String>,
 }
 
 impl Env {
     /// Everything a run shares over `nodes`: the observer, every client's proxies (passing),
     /// the foreign keys planted on every node. Also returns each client's `Redlock` over its
-    /// own proxies, with its node timeout.
+    /// own proxies (on cluster nodes, straight on the clusters), with its node timeout.
     pub(super) async fn start(
         config: &TortureConfig,
-        nodes: LocalNodes,
+        nodes: Nodes,
         checker: Arc<Checker>,
     ) -> io::Result<(Arc<Env>, Vec<ClientRedlocks>)> {
         let observer = Redlock::builder()
@@ -58,8 +70,31 @@ impl Env {
             .build()
             .await
             .map_err(io_err)?;
-        let proxies = start_proxies(config, &nodes).await?;
-        let redlocks = client_redlocks(config, &proxies).await?;
+        let proxies = match nodes.plain() {
+            Some(plain) => start_proxies(config, plain).await?,
+            None => Vec::new(),
+        };
+        let urls: Vec<Vec<String>> = if proxies.is_empty() {
+            vec![nodes.urls(); config.clients]
+        } else {
+            proxies
+                .iter()
+                .map(|mine| mine.iter().map(FaultProxy::url).collect())
+                .collect()
+        };
+        let redlocks = client_redlocks(config, &urls).await?;
+        if config.cluster_shards.is_some() {
+            // Each client reads each cluster's slot table in the background: the run starts
+            // once every one has, so that its first seconds are not spent unavailable.
+            let all = redlocks
+                .iter()
+                .flat_map(|c| std::iter::once(&c.redlock).chain(c.fenced.as_ref()))
+                .chain([&observer]);
+            for redlock in all {
+                serving_every_node(redlock).await?;
+            }
+        }
+        let migratable = migratable_keys(config, &observer);
         let env = Arc::new(Env {
             foreign_px: (config.duration + Duration::from_secs(120)).as_millis() as u64,
             resources: (0..config.resources).map(|i| format!("res:{i}")).collect(),
@@ -68,6 +103,8 @@ impl Env {
                 .collect(),
             board: Board::new(config, proxies),
             epochs: (0..config.nodes).map(|_| AtomicU64::new(0)).collect(),
+            node_locks: (0..config.nodes).map(|_| Mutex::new(())).collect(),
+            migratable,
             admin: RwLock::new(nodes),
             observer,
             checker,
@@ -93,16 +130,48 @@ impl Env {
         self.epochs[node].fetch_add(1, Ordering::SeqCst);
     }
 
-    pub(super) async fn plant_foreign(&self, admin: &LocalNodes, node: usize) {
+    /// Holds `nodes` for a fault episode that acts on them, so that two lanes never act on one
+    /// node at once (a migration must not meet a frozen or dead shard; a connection kill must
+    /// not cut a migration's admin commands). Locks in ascending order: no two episodes can wait
+    /// for each other.
+    pub(super) async fn hold_nodes(&self, nodes: &[usize]) -> Vec<MutexGuard<'_, ()>> {
+        let mut sorted = nodes.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let mut held = Vec::with_capacity(sorted.len());
+        for n in sorted {
+            if let Some(lock) = self.node_locks.get(n) {
+                held.push(lock.lock().await);
+            }
+        }
+        held
+    }
+
+    /// Holds those of `nodes` that no other episode holds, at once; returns them (ascending)
+    /// and their guards.
+    pub(super) fn hold_free_nodes(&self, nodes: &[usize]) -> (Vec<usize>, Vec<MutexGuard<'_, ()>>) {
+        let mut sorted = nodes.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let mut held = (Vec::new(), Vec::new());
+        for n in sorted {
+            if let Some(guard) = self.node_locks.get(n).and_then(|l| l.try_lock().ok()) {
+                held.0.push(n);
+                held.1.push(guard);
+            }
+        }
+        held
+    }
+
+    pub(super) async fn plant_foreign(&self, admin: &Nodes, node: usize) {
         let px = self.foreign_px.to_string();
         for f in &self.foreign {
             let key = self.observer.key(f);
             let args = ["SET", key.as_str(), FOREIGN_VALUE, "PX", px.as_str()];
-            if admin
-                .command_timeout(node, &args, Duration::from_secs(2))
-                .await
-                .is_err()
-            {
+            let reply = admin
+                .command(node, &key, &args, Duration::from_secs(2))
+                .await;
+            if !matches!(reply, Ok(crate::RespValue::Simple(ref ok)) if ok == "OK") {
                 self.checker.violation(
                     ViolationKind::Engine,
                     format!("could not plant {key} on node {node}"),
@@ -112,10 +181,50 @@ impl Env {
     }
 }
 
+/// Cluster nodes: the keys whose slots the migrations move (see [`Env::migratable`]).
+fn migratable_keys(config: &TortureConfig, observer: &Redlock) -> Vec<String> {
+    if config.cluster_shards.is_none() {
+        return Vec::new();
+    }
+    let mut keys: Vec<String> = (0..config.resources)
+        .map(|i| observer.key(&format!("res:{i}")))
+        .collect();
+    // A semaphore's keys all hash on its name (`~sem:{name}:..`).
+    keys.extend(
+        SEMAPHORES
+            .iter()
+            .map(|(name, _)| observer.key(&format!("~sem:{{{name}}}:permits"))),
+    );
+    if config.fencing {
+        keys.extend((0..FENCED_RESOURCES).map(|i| observer.key(&fenced_resource(i))));
+    }
+    keys
+}
+
+/// Waits (at most [`CLUSTER_READY_TIMEOUT`]) until `redlock` gets an answer from every node
+/// (a client reads each cluster's slot table in the background, after `build`).
+pub(super) async fn serving_every_node(redlock: &Redlock) -> io::Result<()> {
+    let give_up = Instant::now() + CLUSTER_READY_TIMEOUT;
+    loop {
+        let seen = redlock.inspect("ready-probe").await.map_err(io_err)?;
+        if seen.nodes.iter().all(|n| n.state.is_ok()) {
+            return Ok(());
+        }
+        if Instant::now() >= give_up {
+            return Err(io_err(format!(
+                "a client did not reach every cluster node within {CLUSTER_READY_TIMEOUT:?}: {:?}",
+                seen.nodes.iter().map(|n| &n.state).collect::<Vec<_>>()
+            )));
+        }
+        // No event tells when a slot table has been read: look again shortly.
+        tokio::time::sleep(ms(50)).await;
+    }
+}
+
 /// Every client's own proxy in front of every node.
 async fn start_proxies(
     config: &TortureConfig,
-    nodes: &LocalNodes,
+    nodes: &crate::LocalNodes,
 ) -> io::Result<Vec<Vec<FaultProxy>>> {
     let mut proxies = Vec::new();
     for _ in 0..config.clients {
@@ -128,7 +237,7 @@ async fn start_proxies(
     Ok(proxies)
 }
 
-/// One client's `Redlock`s over its own proxies.
+/// One client's `Redlock`s over its own proxies (on cluster nodes, over the clusters).
 pub(super) struct ClientRedlocks {
     pub(super) redlock: Redlock,
     /// Fencing mode: a second `Redlock` with fencing tokens, over the same proxies.
@@ -136,14 +245,14 @@ pub(super) struct ClientRedlocks {
     pub(super) node_timeout: Duration,
 }
 
-/// Each client's `Redlock` over its own proxies, with its node timeout (longer for the patient
-/// clients), and in fencing mode its fencing `Redlock`.
+/// Each client's `Redlock` over its own node URLs (its proxies, or the clusters), with its node
+/// timeout (longer for the patient clients), and in fencing mode its fencing `Redlock`.
 async fn client_redlocks(
     config: &TortureConfig,
-    proxies: &[Vec<FaultProxy>],
+    urls: &[Vec<String>],
 ) -> io::Result<Vec<ClientRedlocks>> {
     let mut redlocks = Vec::new();
-    for (c, mine) in proxies.iter().enumerate() {
+    for (c, mine) in urls.iter().enumerate() {
         let timeout = if config.patient(c) {
             config.patient_node_timeout
         } else {
@@ -151,7 +260,7 @@ async fn client_redlocks(
         };
         let build = |fencing: bool| {
             Redlock::builder()
-                .nodes(mine.iter().map(|p| p.url()))
+                .nodes(mine.iter().cloned())
                 .node_timeout(timeout)
                 .retry(config.retry)
                 .drift_factor(config.drift_factor)
@@ -205,13 +314,28 @@ pub(super) fn data_key(resource: &str) -> String {
 /// After the run: no lock key without expiry or beyond the max TTL (S6, row 9), and every
 /// foreign key intact on every node (S4). Returns how many lock keys were left (expiring).
 pub(super) async fn final_checks(env: &Env) -> usize {
-    let mut admin = env.admin.write().await;
-    for i in 0..env.config.nodes {
-        if !admin.is_running(i) {
-            let _ = admin.start_node(i).await;
-            env.plant_foreign(&admin, i).await;
+    let mut restarted = Vec::new();
+    {
+        let mut admin = env.admin.write().await;
+        for i in 0..env.config.nodes {
+            let _ = admin.resume(i);
+            if !admin.is_running(i) {
+                let _ = admin.start_node(i).await;
+                restarted.push(i);
+            }
         }
-        let _ = admin.resume(i);
+    }
+    for &i in &restarted {
+        if let Err(e) = settle(&env.admin, i).await {
+            env.checker.violation(
+                ViolationKind::Engine,
+                format!("node {i} not serving at the end: {e}"),
+            );
+        }
+    }
+    let admin = env.admin.read().await;
+    for &i in &restarted {
+        env.plant_foreign(&admin, i).await;
     }
     let prefix = env.observer.key("");
     let foreign: Vec<String> = env.foreign.iter().map(|f| env.observer.key(f)).collect();

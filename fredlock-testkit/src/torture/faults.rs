@@ -1,10 +1,11 @@
 //! Fault actions: the lanes of the schedule applied to the nodes (kill and delayed restart,
-//! SIGSTOP, SCRIPT FLUSH) and to the clients' proxies (partitions, held or dropped replies,
-//! latency, resets), with the outages they imply recorded for the checker.
+//! SIGSTOP, SCRIPT FLUSH; on cluster nodes, to every shard of a node) and to the clients'
+//! proxies (partitions, held or dropped replies, latency, resets), with the outages they imply
+//! recorded for the checker; the cluster-only faults are handed to `cluster_faults.rs`.
 //!
-//! Owns the [`Board`] of proxy faults and the application of each [`Episode`]. Must not decide
-//! what to inject or when (that is the seeded `schedule.rs`) nor check anything beyond
-//! reporting engine failures and outages to the checker.
+//! Owns the [`Board`] of proxy faults, the lanes' tasks and the application of each [`Episode`].
+//! Must not decide what to inject or when (that is the seeded `schedule.rs`) nor check anything
+//! beyond reporting engine failures and outages to the checker.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,19 +15,37 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::cluster_faults;
 use super::env::Env;
-use super::schedule::ms;
+use super::nodes::settle;
+use super::schedule::{ms, Hold};
 use super::{Episode, FaultKind, TortureConfig, RESET_HOLD};
 use crate::checker::{Checker, ViolationKind};
 use crate::{Fault, FaultProxy};
 
-/// What one lane did: each episode's kind and how long it took.
-type LaneLog = Vec<(FaultKind, Duration)>;
+/// What one lane did: each episode's kind and how long it took; and how many of its episodes it
+/// skipped.
+#[derive(Default)]
+pub(super) struct LaneLog {
+    done: Vec<(FaultKind, Duration)>,
+    skipped: usize,
+}
+
+/// What the lanes did: faults injected, count and total time held, by kind; and the episodes
+/// skipped (their nodes busy with another lane's episode, or the lane too late to start them
+/// before the clients stopped).
+#[derive(Default)]
+pub(super) struct Injected {
+    pub(super) faults: BTreeMap<FaultKind, (u64, Duration)>,
+    pub(super) skipped: usize,
+}
 
 /// Each client's proxies have two fault layers: the node lane's (a partition of every client)
 /// wins over the client lanes' (one client's link). Each layer ends its swallowing faults with a
-/// reset, so the effective fault does too.
+/// reset, so the effective fault does too. On cluster nodes there are no proxies: the board
+/// only keeps the link epochs, which connection kills bump.
 pub(super) struct Board {
+    /// Per client and node; empty on cluster nodes.
     proxies: Vec<Vec<FaultProxy>>,
     layers: Mutex<Vec<Vec<[Fault; 2]>>>,
     /// Per client and node, bumped whenever that proxy's effective fault changes.
@@ -34,7 +53,7 @@ pub(super) struct Board {
 }
 
 impl Board {
-    /// Every client's proxies, all passing.
+    /// Every client's proxies, all passing (none on cluster nodes).
     pub(super) fn new(config: &TortureConfig, proxies: Vec<Vec<FaultProxy>>) -> Board {
         Board {
             layers: Mutex::new(vec![vec![[Fault::Pass; 2]; config.nodes]; config.clients]),
@@ -52,10 +71,24 @@ impl Board {
                 let l = &mut layers[c][n];
                 l[layer] = fault;
                 let effective = if l[0] != Fault::Pass { l[0] } else { l[1] };
-                if self.proxies[c][n].fault() != effective {
+                let Some(proxy) = self.proxies.get(c).and_then(|mine| mine.get(n)) else {
+                    continue;
+                };
+                if proxy.fault() != effective {
                     self.epochs[c][n].fetch_add(1, Ordering::SeqCst);
                 }
-                self.proxies[c][n].set(effective);
+                proxy.set(effective);
+            }
+        }
+    }
+
+    /// Every client's link to `nodes` was (or is about to be) reset by the node itself.
+    pub(super) fn bump_links(&self, nodes: &[usize]) {
+        for mine in &self.epochs {
+            for &n in nodes {
+                if let Some(e) = mine.get(n) {
+                    e.fetch_add(1, Ordering::SeqCst);
+                }
             }
         }
     }
@@ -76,7 +109,7 @@ pub(super) fn spawn_lanes(
     start: Instant,
 ) -> Vec<JoinHandle<LaneLog>> {
     let mut lanes = Vec::new();
-    for lane in 0..=env.config.client_lanes() {
+    for lane in 0..env.config.lanes() {
         let mine: Vec<Episode> = episodes
             .iter()
             .filter(|e| e.lane == lane)
@@ -87,33 +120,66 @@ pub(super) fn spawn_lanes(
     lanes
 }
 
-/// Waits for every lane: faults injected, count and total time held, by kind.
-pub(super) async fn join_lanes(
-    checker: &Checker,
-    lanes: Vec<JoinHandle<LaneLog>>,
-) -> BTreeMap<FaultKind, (u64, Duration)> {
-    let mut faults: BTreeMap<FaultKind, (u64, Duration)> = BTreeMap::new();
+/// Waits for every lane: what they injected and skipped.
+pub(super) async fn join_lanes(checker: &Checker, lanes: Vec<JoinHandle<LaneLog>>) -> Injected {
+    let mut injected = Injected::default();
     for lane in lanes {
         match lane.await {
-            Ok(done) => {
-                for (kind, d) in done {
-                    let e = faults.entry(kind).or_default();
+            Ok(log) => {
+                for (kind, d) in log.done {
+                    let e = injected.faults.entry(kind).or_default();
                     e.0 += 1;
                     e.1 += d;
                 }
+                injected.skipped += log.skipped;
             }
             Err(e) => checker.violation(ViolationKind::Engine, format!("fault lane: {e}")),
         }
     }
-    faults
+    injected
 }
 
 /// Runs one lane of the schedule.
 async fn run_lane(env: Arc<Env>, episodes: Vec<Episode>, start: Instant) -> LaneLog {
     let all_clients: Vec<usize> = (0..env.config.clients).collect();
-    let mut done = Vec::new();
-    for ep in episodes {
+    let mut log = LaneLog::default();
+    let clients_stop = start + env.config.duration;
+    let count = episodes.len();
+    for (i, ep) in episodes.into_iter().enumerate() {
+        if Instant::now() >= clients_stop {
+            // A lane held up (by a slow restart, or another lane on its nodes) past the end:
+            // the rest of its schedule would test nothing.
+            env.checker.event(format!(
+                "lane of {} ends late: its episodes from +{:?} are skipped",
+                ep.kind.describe(),
+                ep.start
+            ));
+            log.skipped += count - i;
+            break;
+        }
         tokio::time::sleep_until(start + ep.start).await;
+        // The nodes this episode acts on are its own until it ends (the time held counts once
+        // they are).
+        let (ep, _held) = match ep.kind.hold() {
+            Hold::None => (ep, Vec::new()),
+            Hold::Wait => {
+                let held = env.hold_nodes(&ep.nodes).await;
+                (ep, held)
+            }
+            Hold::IfFree => {
+                let (free, held) = env.hold_free_nodes(&ep.nodes);
+                if free.is_empty() {
+                    env.checker.event(format!(
+                        "{} {:?} skipped: its nodes are busy",
+                        ep.kind.describe(),
+                        ep.nodes
+                    ));
+                    log.skipped += 1;
+                    continue;
+                }
+                (only_on(ep, &free), held)
+            }
+        };
         let began = Instant::now();
         let label = format!("{} {:?}", ep.kind.describe(), ep.nodes);
         env.checker.event(format!(
@@ -133,6 +199,10 @@ async fn run_lane(env: Arc<Env>, episodes: Vec<Episode>, start: Instant) -> Lane
             | FaultKind::Latency
             | FaultKind::DropReplies
             | FaultKind::Reset => client_fault(&env, &ep).await,
+            FaultKind::ShardKill => cluster_faults::shard_kill(&env, &ep).await,
+            FaultKind::ShardPause => cluster_faults::shard_pause(&env, &ep).await,
+            FaultKind::ShardConnKill => cluster_faults::conn_kill(&env, &ep).await,
+            FaultKind::SlotMigration => cluster_faults::slot_migration(&env, &ep).await,
         }
         env.checker.event(format!(
             "fault ends: {} {:?} clients {:?}",
@@ -140,9 +210,21 @@ async fn run_lane(env: Arc<Env>, episodes: Vec<Episode>, start: Instant) -> Lane
             ep.nodes,
             ep.clients
         ));
-        done.push((ep.kind, began.elapsed()));
+        log.done.push((ep.kind, began.elapsed()));
     }
-    done
+    log
+}
+
+/// `ep` on those of its nodes that are in `nodes` only (with their shards).
+fn only_on(mut ep: Episode, nodes: &[usize]) -> Episode {
+    let keep: Vec<bool> = ep.nodes.iter().map(|n| nodes.contains(n)).collect();
+    let mut kept = keep.iter();
+    ep.nodes.retain(|_| kept.next().copied().unwrap_or(false));
+    if !ep.shards.is_empty() {
+        let mut kept = keep.iter();
+        ep.shards.retain(|_| kept.next().copied().unwrap_or(false));
+    }
+    ep
 }
 
 /// Rows 2 and 3: kill -9, then a restart (empty) delayed by the episode's duration.
@@ -172,10 +254,18 @@ async fn kill(env: &Env, ep: &Episode, all_clients: &[usize], label: String) {
                 .violation(ViolationKind::Engine, format!("restart {i}: {err}"));
         }
         env.bump(i);
-        // The node came back empty: the foreign owner takes its keys again.
-        env.plant_foreign(&admin, i).await;
     }
     drop(admin);
+    for &i in &ep.nodes {
+        // A cluster serves keys only once its shards agree it is healthy again (a restarted
+        // shard refuses them for Redis' 2 s writable delay).
+        if let Err(err) = settle(&env.admin, i).await {
+            env.checker
+                .violation(ViolationKind::Engine, format!("restart {i}: {err}"));
+        }
+        // The node came back empty: the foreign owner takes its keys again.
+        env.plant_foreign(&*env.admin.read().await, i).await;
+    }
     env.board.set(0, all_clients, &ep.nodes, Fault::Pass);
     if ep.kind.majority() {
         env.checker.outage(s, e, label);
@@ -195,10 +285,19 @@ async fn pause(env: &Env, ep: &Episode, label: String) {
     let s = Instant::now() + ms(5);
     tokio::time::sleep(ep.duration).await;
     let e = Instant::now();
-    let admin = env.admin.read().await;
+    {
+        let admin = env.admin.read().await;
+        for &i in &ep.nodes {
+            let _ = admin.resume(i);
+            env.bump(i);
+        }
+    }
+    // A cluster frozen past its node timeout flags its shards failing until they answer again.
     for &i in &ep.nodes {
-        let _ = admin.resume(i);
-        env.bump(i);
+        if let Err(err) = settle(&env.admin, i).await {
+            env.checker
+                .violation(ViolationKind::Engine, format!("resume {i}: {err}"));
+        }
     }
     if ep.kind.majority() {
         env.checker.outage(s, e, label);

@@ -56,6 +56,22 @@
 //! of two semaphores (2 and 3 permits) held a while; and, in fencing mode
 //! ([`TortureConfig::fencing`]: durable nodes), a fenced lock whose holder writes its token to a
 //! fenced register on the data node, sometimes only after stalling past its deadline.
+//!
+//! # Cluster nodes
+//! With [`TortureConfig::cluster_shards`] (see [`TortureConfig::on_clusters`]), every lock node
+//! is a [`LocalCluster`](crate::LocalCluster) of that many shards, and fredlock routes each
+//! command by hash slot, following `MOVED` and `ASK`. A [`FaultProxy`](crate::FaultProxy) cannot
+//! sit in front of a cluster (its redirects name the shards' real addresses), so the clients
+//! talk to the shards directly and the faults are the nodes' own ([`FaultKind::CLUSTER`]): lane
+//! 0 kills (with the delayed restart) or freezes a whole node or ONE shard of it, or flushes its
+//! scripts; lane 1 migrates the slot of a contended resource's keys on some nodes and holds it
+//! half-way (`ASK`, then `MOVED` once it finishes; with fencing, a fenced acquire whose lock key
+//! and counter are split between the two shards gets `TRYAGAIN` from that node, which costs the
+//! vote, not safety); lane 2 resets every client's connections to one shard (`CLIENT KILL`).
+//! Two lanes never act on one node at once. The clients' own faults (cancelled acquires,
+//! keep-alive, stale locks, takeovers) are the same as on plain nodes. In fencing mode the
+//! shards are durable, as fencing requires. A shard restarted EMPTY at once is row 11 again:
+//! [`cluster_controls`] check that the checker sees it.
 
 use std::io;
 use std::sync::Arc;
@@ -67,22 +83,25 @@ use super::checker::Checker;
 use super::{Fault, LocalNodes};
 use fredlock::Retry;
 
+mod cluster_faults;
 mod controls;
 mod env;
 mod faults;
 mod mode_controls;
+mod nodes;
 mod report;
 mod schedule;
 mod stats;
 mod worker;
 
-pub use controls::{negative_controls, ControlResult};
+pub use controls::{cluster_controls, negative_controls, ControlResult};
 pub use report::{markdown, Report};
-pub use schedule::{fingerprint, random_seed, schedule, Episode, FaultKind};
+pub use schedule::{fingerprint, random_seed, schedule, Episode, FaultKind, SlotMove};
 pub use stats::Stats;
 
 use env::{final_checks, read_finals, read_registers, Env};
 use faults::{join_lanes, spawn_lanes};
+use nodes::Nodes;
 use schedule::ms;
 use worker::{join_workers, spawn_workers};
 
@@ -93,6 +112,10 @@ pub const RESTART_MARGIN: Duration = Duration::from_millis(200);
 /// How long a proxy resets connections after a swallowing fault, before it passes again: long
 /// enough for fred to see the reset and drop its (desynchronised) connection.
 pub const RESET_HOLD: Duration = Duration::from_millis(100);
+/// On cluster nodes, the time the schedule allows a restart after its delay, until the node
+/// serves keys again: a restarted shard refuses keys for Redis' 2 s "writable delay", then its
+/// peers must agree that the cluster is healthy.
+pub const CLUSTER_RESTART: Duration = Duration::from_secs(3);
 /// The value of the planted foreign keys.
 pub const FOREIGN_VALUE: &str = "foreign-owner";
 
@@ -131,6 +154,11 @@ pub struct TortureConfig {
     /// also take fenced locks and write their tokens to fenced registers on the data node.
     /// Semaphore permits are part of every run.
     pub fencing: bool,
+    /// Cluster nodes: every lock node is a [`LocalCluster`](crate::LocalCluster) of this many
+    /// shards (3 or more, so that a shard down fails only its own slots), with the faults of
+    /// [`FaultKind::CLUSTER`]; `None`: plain redis-servers behind every client's proxies. Set it
+    /// with [`on_clusters`](Self::on_clusters).
+    pub cluster_shards: Option<usize>,
 }
 
 impl TortureConfig {
@@ -156,6 +184,7 @@ impl TortureConfig {
                 jitter: Duration::from_millis(10),
             },
             fencing: false,
+            cluster_shards: None,
         }
     }
 
@@ -165,28 +194,76 @@ impl TortureConfig {
         self
     }
 
+    /// The same run with every node a Redis Cluster of `shards` shards and the cluster faults
+    /// (see [`cluster_shards`](Self::cluster_shards)).
+    pub fn on_clusters(mut self, shards: usize) -> TortureConfig {
+        self.cluster_shards = Some(shards);
+        self.faults = FaultKind::CLUSTER.to_vec();
+        self
+    }
+
+    /// The faults this kind of node can take: [`FaultKind::ALL`] on plain nodes,
+    /// [`FaultKind::CLUSTER`] on clusters ([`faults`](Self::faults) picks among them).
+    pub fn fault_kinds(&self) -> &'static [FaultKind] {
+        match self.cluster_shards {
+            Some(_) => &FaultKind::CLUSTER,
+            None => &FaultKind::ALL,
+        }
+    }
+
+    /// The run's name in reports: `N=3`, `N=3, fencing`, `N=3 clusters of 3 shards`, ...
+    pub fn label(&self) -> String {
+        let fenced = if self.fencing { ", fencing" } else { "" };
+        match self.cluster_shards {
+            Some(shards) => format!("N={} clusters of {shards} shards{fenced}", self.nodes),
+            None => format!("N={}{fenced}", self.nodes),
+        }
+    }
+
     /// How long a killed node stays down: the maximum TTL plus [`RESTART_MARGIN`].
     pub fn restart_delay(&self) -> Duration {
         self.ttl_max + RESTART_MARGIN
     }
 
-    /// The command that replays this run (same schedule and operation sequences).
+    /// The command that replays this run (same schedule and operation sequences): this run
+    /// alone, for its whole duration.
     pub fn replay_command(&self) -> String {
+        let mode = match (self.cluster_shards.is_some(), self.fencing) {
+            (false, false) => "plain",
+            (false, true) => "fencing",
+            (true, false) => "cluster-plain",
+            (true, true) => "cluster-fencing",
+        };
+        let shards = self
+            .cluster_shards
+            .map_or(String::new(), |s| format!(" --shards {s}"));
         format!(
-            "cargo run --release --example torture -- --secs {} --seed {} --nodes {} --clients {} --resources {}{}",
+            "cargo run --release --example torture -- --secs {} --seed {} --nodes {} --clients {} --resources {} --mode {mode}{shards}",
             self.duration.as_secs(),
             self.seed,
             self.nodes,
             self.clients,
             self.resources,
-            if self.fencing { " --fencing" } else { "" }
         )
     }
 
     /// Lanes of per-client network faults: one per 4 clients, at least 2 (each lane faults
-    /// one of its own clients at a time, or all of them for latency).
+    /// one of its own clients at a time, or all of them for latency). None on cluster nodes,
+    /// which have no proxies.
     pub fn client_lanes(&self) -> usize {
+        if self.cluster_shards.is_some() {
+            return 0;
+        }
         (self.clients / 4).max(2).min(self.clients)
+    }
+
+    /// Every lane of the schedule: lane 0 (node faults), then the client lanes on plain nodes,
+    /// or the slot-migration and connection-kill lanes on cluster nodes.
+    pub fn lanes(&self) -> usize {
+        match self.cluster_shards {
+            Some(_) => 3,
+            None => 1 + self.client_lanes(),
+        }
     }
 
     fn patient(&self, client: usize) -> bool {
@@ -206,11 +283,7 @@ impl TortureConfig {
 pub async fn run(config: TortureConfig) -> io::Result<Report> {
     let wall = Instant::now();
     let episodes = schedule(&config);
-    let nodes = if config.fencing {
-        LocalNodes::start_durable(config.nodes).await?
-    } else {
-        LocalNodes::start(config.nodes).await?
-    };
+    let nodes = Nodes::start(&config).await?;
     let data_node = LocalNodes::start(1).await?;
     let checker = Arc::new(Checker::new(config.drift_factor));
     let (env, redlocks) = Env::start(&config, nodes, checker.clone()).await?;
@@ -218,8 +291,12 @@ pub async fn run(config: TortureConfig) -> io::Result<Report> {
     let start = Instant::now();
     let stop_at = start + config.duration;
     checker.event(format!(
-        "run starts: N={} K={} M={} seed {}, clients stop {:?} later",
-        config.nodes, config.clients, config.resources, config.seed, config.duration
+        "run starts: {} K={} M={} seed {}, clients stop {:?} later",
+        config.label(),
+        config.clients,
+        config.resources,
+        config.seed,
+        config.duration
     ));
     let lanes = spawn_lanes(&env, &episodes, start);
     let workers = spawn_workers(&env, redlocks, &data_node.url(0), stop_at).await?;
@@ -229,7 +306,7 @@ pub async fn run(config: TortureConfig) -> io::Result<Report> {
     checker.event("clients stop (each finishes its operation, then releases its stale locks)");
     let timer_lateness = probe.await.unwrap_or_default();
     let stats = join_workers(&checker, workers).await;
-    let faults = join_lanes(&checker, lanes).await;
+    let injected = join_lanes(&checker, lanes).await;
     // Everything passes again, every node runs (defensive: the lanes already restored them).
     let all_clients: Vec<usize> = (0..config.clients).collect();
     let all_nodes: Vec<usize> = (0..config.nodes).collect();
@@ -248,7 +325,8 @@ pub async fn run(config: TortureConfig) -> io::Result<Report> {
         episodes: episodes.len(),
         config,
         stats,
-        faults,
+        faults: injected.faults,
+        skipped_episodes: injected.skipped,
         check,
         wall: wall.elapsed(),
         leftover_keys,

@@ -22,6 +22,10 @@ pub struct Report {
     pub stats: Stats,
     /// Faults injected: count and total time held, by kind.
     pub faults: BTreeMap<FaultKind, (u64, Duration)>,
+    /// Episodes of the schedule that did not run: their nodes were all busy with another lane's
+    /// episode (the cluster lanes 1 and 2 act only on free nodes), or their lane was held up
+    /// until the clients had stopped.
+    pub skipped_episodes: usize,
     /// Episodes in the schedule.
     pub episodes: usize,
     /// [`fingerprint`](super::fingerprint) of the schedule.
@@ -86,16 +90,22 @@ pub fn markdown(runs: &[Report], controls: &[ControlResult]) -> String {
 /// What ran: the run's shape, seed, schedule and timeouts.
 fn setup_rows(t: &mut Table) {
     t.row("mode", &|r| {
-        if r.config.fencing {
-            "locks, semaphores, fencing (durable nodes)".to_string()
-        } else {
-            "locks, semaphores".to_string()
+        match (r.config.fencing, r.config.cluster_shards.is_some()) {
+            (true, false) => "locks, semaphores, fencing (durable nodes)",
+            (false, false) => "locks, semaphores",
+            (true, true) => "locks, semaphores, fencing (durable cluster nodes)",
+            (false, true) => "locks, semaphores (cluster nodes)",
         }
+        .to_string()
     });
     t.row("nodes N / clients K / resources M (+ foreign)", &|r| {
+        let nodes = match r.config.cluster_shards {
+            Some(shards) => format!("{} clusters of {shards} shards", r.config.nodes),
+            None => r.config.nodes.to_string(),
+        };
         format!(
-            "{} / {} / {} (+{})",
-            r.config.nodes, r.config.clients, r.config.resources, r.config.foreign_resources
+            "{nodes} / {} / {} (+{})",
+            r.config.clients, r.config.resources, r.config.foreign_resources
         )
     });
     t.row("duration (run / wall incl. set-up and checks)", &|r| {
@@ -109,6 +119,17 @@ fn setup_rows(t: &mut Table) {
     t.row("schedule: episodes / fingerprint", &|r| {
         format!("{} / {:016x}", r.episodes, r.fingerprint)
     });
+    // Only where it says something: plain nodes' lanes keep to their schedule.
+    let shown = t
+        .runs
+        .iter()
+        .any(|r| r.config.cluster_shards.is_some() || r.skipped_episodes > 0);
+    if shown {
+        t.row(
+            "schedule: episodes skipped (nodes busy, or lane late at the end)",
+            &|r| r.skipped_episodes.to_string(),
+        );
+    }
     t.row("TTL range / node timeout (patient)", &|r| {
         format!(
             "{}-{} ms / {} ms ({} ms)",
@@ -213,16 +234,33 @@ fn probe_rows(t: &mut Table) {
     t.row("data-node errors", &|r| r.stats.data_errors.to_string());
 }
 
-/// The faults injected and the violations found, by kind.
+/// The faults injected and the violations found, by kind: the kinds any of the runs can take
+/// (plain nodes' first), "-" where a run's nodes cannot take the kind.
 fn fault_and_violation_rows(t: &mut Table) {
-    for kind in FaultKind::ALL {
-        t.row(
-            &format!("fault row {}: {}", kind.row(), kind.describe()),
-            &move |r| match r.faults.get(&kind) {
+    let mut kinds: Vec<FaultKind> = Vec::new();
+    for kind in FaultKind::ALL.into_iter().chain(FaultKind::CLUSTER) {
+        let taken = t
+            .runs
+            .iter()
+            .any(|r| r.config.fault_kinds().contains(&kind));
+        if taken && !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    for kind in kinds {
+        let name = match kind.row() {
+            "" => format!("fault (cluster): {}", kind.describe()),
+            row => format!("fault row {row}: {}", kind.describe()),
+        };
+        t.row(&name, &move |r| {
+            if !r.config.fault_kinds().contains(&kind) {
+                return "-".to_string();
+            }
+            match r.faults.get(&kind) {
                 Some((n, d)) => format!("{n} / {:.1} s", d.as_secs_f64()),
                 None => "0".to_string(),
-            },
-        );
+            }
+        });
     }
     for kind in ViolationKind::ALL {
         t.row(&format!("violations {}", kind.describe()), &move |r| {
@@ -279,8 +317,7 @@ fn write_table(out: &mut String, table: Table) {
     let runs = table.runs;
     let _ = write!(out, "| |");
     for r in runs {
-        let fenced = if r.config.fencing { ", fencing" } else { "" };
-        let _ = write!(out, " N={}{fenced} |", r.config.nodes);
+        let _ = write!(out, " {} |", r.config.label());
     }
     let _ = write!(out, "\n|---|");
     for _ in runs {
@@ -296,7 +333,7 @@ fn write_table(out: &mut String, table: Table) {
 fn write_details(out: &mut String, runs: &[Report]) {
     for r in runs {
         if !r.check.violations.is_empty() {
-            let _ = writeln!(out, "\nFirst violations (N={}):", r.config.nodes);
+            let _ = writeln!(out, "\nFirst violations ({}):", r.config.label());
             for v in r.check.violations.iter().take(5) {
                 let _ = writeln!(
                     out,
@@ -315,7 +352,7 @@ fn write_details(out: &mut String, runs: &[Report]) {
             .take(3)
             .collect();
         if !interesting.is_empty() {
-            let _ = writeln!(out, "\nFirst notes (N={}, not violations):", r.config.nodes);
+            let _ = writeln!(out, "\nFirst notes ({}, not violations):", r.config.label());
             for n in interesting {
                 let _ = writeln!(out, "- {}: {}", n.kind.describe(), n.detail);
             }
@@ -323,8 +360,9 @@ fn write_details(out: &mut String, runs: &[Report]) {
         if !r.stats.other_errors.is_empty() {
             let _ = writeln!(
                 out,
-                "\nOther errors (N={}): {:?}",
-                r.config.nodes, r.stats.other_errors
+                "\nOther errors ({}): {:?}",
+                r.config.label(),
+                r.stats.other_errors
             );
         }
     }
@@ -369,8 +407,8 @@ fn write_replay(out: &mut String, runs: &[Report]) {
     for r in runs {
         let _ = writeln!(
             out,
-            "- N={}: `{}`",
-            r.config.nodes,
+            "- {}: `{}`",
+            r.config.label(),
             r.config.replay_command()
         );
     }

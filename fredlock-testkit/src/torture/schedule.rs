@@ -3,17 +3,19 @@
 //! rest of the run draws with.
 //!
 //! Owns the fault kinds, the episodes and their generation (assumption A is kept here: one node
-//! fault at a time, on a minority except the majority rows, restarts delayed past the max TTL).
-//! Must not apply a fault (that is `faults.rs`) nor depend on anything that happens at run
-//! time: a seed must replay the same schedule.
+//! fault at a time, on a minority except the majority rows, restarts delayed past the max TTL;
+//! on cluster nodes, slot migrations and connection kills on lanes of their own). Must not apply
+//! a fault (that is `faults.rs` and `cluster_faults.rs`) nor depend on anything that happens at
+//! run time: a seed must replay the same schedule.
 
+use std::fmt;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
-use super::{TortureConfig, RESET_HOLD, RESTART_MARGIN};
+use super::{TortureConfig, CLUSTER_RESTART, RESET_HOLD, RESTART_MARGIN};
 use crate::Fault;
 
 /// The faults of the schedule, by fault-matrix row.
@@ -41,10 +43,50 @@ pub enum FaultKind {
     Reset,
     /// Row 15: SCRIPT FLUSH on a node (restarts are row 2's delayed restarts).
     ScriptFlush,
+    /// Row 2 on cluster nodes: kill -9 ONE shard of each of a minority of nodes, restart it
+    /// (empty, with its slots) only after the max TTL + margin. The node's other shards go on
+    /// serving their slots.
+    ShardKill,
+    /// Row 4 on cluster nodes: SIGSTOP one shard of each of a minority of nodes, then SIGCONT.
+    ShardPause,
+    /// Row 9 on cluster nodes (no proxy can sit in front of a cluster): `CLIENT KILL TYPE normal`
+    /// on one shard of some nodes, repeated for a while: every client's connections to that
+    /// shard reset, mid-command or idle.
+    ShardConnKill,
+    /// Cluster nodes only: the hash slot of a contended resource's keys migrates to another shard
+    /// on some nodes: begun (`IMPORTING`/`MIGRATING`), some of its keys moved, held half-way
+    /// (`ASK` redirects), then finished (`MOVED`).
+    SlotMigration,
+}
+
+/// How an episode holds the nodes it acts on (see [`FaultKind::hold`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Hold {
+    /// It acts on proxies only.
+    None,
+    /// It waits until every one of its nodes is free (lane 0: its faults are the point of the
+    /// run, and one at a time is the schedule's promise).
+    Wait,
+    /// It acts only on those of its nodes that are free and leaves out the others, so that its
+    /// lane keeps to its schedule (the cluster lanes 1 and 2, whose episodes are many and short).
+    IfFree,
+}
+
+/// Which lanes of the schedule a kind runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LaneGroup {
+    /// Lane 0: node faults, one at a time.
+    Node,
+    /// Plain nodes, lanes 1 and up: per-client network faults on the proxies.
+    Client,
+    /// Cluster nodes, lane 1: slot migrations.
+    Migration,
+    /// Cluster nodes, lane 2: connection kills.
+    Connection,
 }
 
 impl FaultKind {
-    /// Every fault.
+    /// Every fault of a run on plain nodes (each behind every client's proxies).
     pub const ALL: [FaultKind; 11] = [
         FaultKind::KillMinority,
         FaultKind::PartitionMinority,
@@ -59,7 +101,25 @@ impl FaultKind {
         FaultKind::ScriptFlush,
     ];
 
-    /// The fault-matrix row.
+    /// Every fault of a run on cluster nodes ([`TortureConfig::cluster_shards`]). A node fault
+    /// of the plain kinds hits every shard of the node. There is no proxy in front of a cluster
+    /// (its redirects name the shards' real addresses), so the per-client network faults are
+    /// replaced by [`ShardConnKill`](Self::ShardConnKill); and a majority is never killed (a
+    /// client could take a foreign-held resource on restarted nodes before the foreign owner
+    /// planted its keys again, which the proxies prevent on plain nodes).
+    pub const CLUSTER: [FaultKind; 8] = [
+        FaultKind::KillMinority,
+        FaultKind::PauseMinority,
+        FaultKind::PauseMajority,
+        FaultKind::ScriptFlush,
+        FaultKind::ShardKill,
+        FaultKind::ShardPause,
+        FaultKind::ShardConnKill,
+        FaultKind::SlotMigration,
+    ];
+
+    /// The fault-matrix row (empty for a slot migration, which is no row of the matrix: a
+    /// cluster moving a slot is not a fault of the node).
     pub fn row(self) -> &'static str {
         match self {
             FaultKind::KillMinority | FaultKind::PartitionMinority => "2",
@@ -71,6 +131,10 @@ impl FaultKind {
             FaultKind::DropReplies => "8",
             FaultKind::Reset => "9",
             FaultKind::ScriptFlush => "15",
+            FaultKind::ShardKill => "2",
+            FaultKind::ShardPause => "4",
+            FaultKind::ShardConnKill => "9",
+            FaultKind::SlotMigration => "",
         }
     }
 
@@ -88,15 +152,34 @@ impl FaultKind {
             FaultKind::DropReplies => "drop replies, then reset",
             FaultKind::Reset => "TCP reset mid-command",
             FaultKind::ScriptFlush => "SCRIPT FLUSH",
+            FaultKind::ShardKill => "kill -9 one shard of a minority, delayed restart",
+            FaultKind::ShardPause => "SIGSTOP one shard of a minority",
+            FaultKind::ShardConnKill => "CLIENT KILL on one shard (all clients)",
+            FaultKind::SlotMigration => "slot migration held half-way (ASK, then MOVED)",
         }
     }
 
-    /// Node faults (lane 0) versus per-client network faults (lanes 1, 2).
-    fn node_level(self) -> bool {
-        !matches!(
-            self,
-            FaultKind::HoldReplies | FaultKind::Latency | FaultKind::DropReplies | FaultKind::Reset
-        )
+    /// The lanes the kind runs on.
+    fn group(self) -> LaneGroup {
+        match self {
+            FaultKind::HoldReplies
+            | FaultKind::Latency
+            | FaultKind::DropReplies
+            | FaultKind::Reset => LaneGroup::Client,
+            FaultKind::SlotMigration => LaneGroup::Migration,
+            FaultKind::ShardConnKill => LaneGroup::Connection,
+            _ => LaneGroup::Node,
+        }
+    }
+
+    /// How an episode of this kind holds the nodes it hits, so that two lanes never act on one
+    /// node at once.
+    pub(super) fn hold(self) -> Hold {
+        match self.group() {
+            LaneGroup::Node => Hold::Wait,
+            LaneGroup::Migration | LaneGroup::Connection => Hold::IfFree,
+            LaneGroup::Client => Hold::None,
+        }
     }
 
     /// Faults that take a majority (everything is unavailable meanwhile).
@@ -115,25 +198,34 @@ impl FaultKind {
             FaultKind::PartitionMajority | FaultKind::KillMajority | FaultKind::PauseMajority => 1,
             FaultKind::Latency | FaultKind::Reset => 3,
             FaultKind::HoldReplies | FaultKind::DropReplies => 2,
+            FaultKind::ShardKill | FaultKind::ShardPause => 3,
+            // Alone on their lanes.
+            FaultKind::ShardConnKill | FaultKind::SlotMigration => 1,
         }
     }
 
-    /// Time the episode occupies after its nominal duration (the reset before passing again).
-    fn tail(self) -> Duration {
+    /// Time the episode occupies after its nominal duration: the reset before passing again;
+    /// on cluster nodes, a restart until the node serves keys again.
+    fn tail(self, clusters: bool) -> Duration {
         match self {
             FaultKind::PartitionMinority
             | FaultKind::PartitionMajority
             | FaultKind::DropReplies => RESET_HOLD,
+            FaultKind::KillMinority | FaultKind::KillMajority | FaultKind::ShardKill
+                if clusters =>
+            {
+                CLUSTER_RESTART
+            }
             _ => Duration::ZERO,
         }
     }
 }
 
 /// One fault episode of the schedule.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct Episode {
-    /// 0: node faults; 1 and up: per-client network faults (see
-    /// [`TortureConfig::client_lanes`]).
+    /// 0: node faults; plain nodes, 1 and up: per-client network faults (see
+    /// [`TortureConfig::client_lanes`]); cluster nodes, 1: slot migrations, 2: connection kills.
     pub lane: usize,
     /// Offset from the start of the run.
     pub start: Duration,
@@ -147,11 +239,55 @@ pub struct Episode {
     pub clients: Vec<usize>,
     /// The proxy fault, for per-client network faults.
     pub fault: Option<Fault>,
+    /// Cluster faults on single shards: the shard hit on each of `nodes`, in the same order;
+    /// for a slot migration, how far from the slot's owner its target is (1 to shards - 1).
+    /// Empty otherwise.
+    pub shards: Vec<usize>,
+    /// A slot migration: which slot moves, and how far before the hold.
+    pub slot_move: Option<SlotMove>,
 }
 
-/// The random stream `tag` of a run: N = 3 and N = 5 runs of one seed get different streams.
+/// Which slot a [`FaultKind::SlotMigration`] moves and how many of its keys move before the hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotMove {
+    /// Picks the key whose slot moves among the contended resources' keys (lock keys, the
+    /// semaphores' keys, the fenced resources' keys): the one at this index, modulo their number.
+    pub pick: usize,
+    /// Keys of the slot moved before the hold (the rest move when it finishes): with a fenced
+    /// resource's lock key and counter in one slot, moving one of two splits them.
+    pub keys_first: usize,
+}
+
+// By hand, so that the cluster fields show only when set: a plain run's debug form, and so its
+// fingerprint, stays what it was before cluster nodes existed.
+impl fmt::Debug for Episode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Episode");
+        d.field("lane", &self.lane)
+            .field("start", &self.start)
+            .field("duration", &self.duration)
+            .field("kind", &self.kind)
+            .field("nodes", &self.nodes)
+            .field("clients", &self.clients)
+            .field("fault", &self.fault);
+        if !self.shards.is_empty() {
+            d.field("shards", &self.shards);
+        }
+        if let Some(m) = &self.slot_move {
+            d.field("slot_move", m);
+        }
+        d.finish()
+    }
+}
+
+/// The random stream `tag` of a run: N = 3 and N = 5 runs of one seed get different streams,
+/// and so do runs on clusters (a plain run's streams are those it had before clusters existed).
 pub(super) fn stream(config: &TortureConfig, tag: u64) -> u64 {
-    mix(config.seed, tag ^ ((config.nodes as u64) << 40))
+    let shards = config.cluster_shards.unwrap_or(0) as u64;
+    mix(
+        config.seed,
+        tag ^ ((config.nodes as u64) << 40) ^ (shards << 48),
+    )
 }
 
 /// splitmix64: independent streams from one seed.
@@ -213,12 +349,18 @@ pub fn schedule(config: &TortureConfig) -> Vec<Episode> {
         quorum: config.quorum(),
         end: config.duration.saturating_sub(ms(200)),
         unit: config.ttl_max,
+        shards: config.cluster_shards.unwrap_or(0),
     };
     let mut out = Vec::new();
     // Lane 0: node faults, one at a time.
     plan.node_lane(&mut rng, &mut out);
-    // Lanes 1.. : per-client network faults, each lane on its own clients.
-    plan.client_lanes(&mut rng, &mut out);
+    if plan.shards > 0 {
+        // Lanes 1 and 2: slot migrations and connection kills.
+        plan.cluster_lanes(&mut rng, &mut out);
+    } else {
+        // Lanes 1.. : per-client network faults, each lane on its own clients.
+        plan.client_lanes(&mut rng, &mut out);
+    }
     out
 }
 
@@ -234,6 +376,8 @@ struct Plan<'a> {
     /// (and its minimum, where a row needs one, is set by the TTL), no longer than that, so the
     /// run spends its time on many episodes rather than on a few long ones.
     unit: Duration,
+    /// Shards per cluster node; 0 for plain nodes.
+    shards: usize,
 }
 
 /// One episode's draws, before its lane places it in time.
@@ -242,15 +386,33 @@ struct Draft {
     nodes: Vec<usize>,
     clients: Vec<usize>,
     fault: Option<Fault>,
+    shards: Vec<usize>,
+    slot_move: Option<SlotMove>,
+}
+
+impl Draft {
+    fn new(duration: Duration, nodes: Vec<usize>) -> Draft {
+        Draft {
+            duration,
+            nodes,
+            clients: Vec::new(),
+            fault: None,
+            shards: Vec::new(),
+            slot_move: None,
+        }
+    }
 }
 
 impl Plan<'_> {
-    /// The configured kinds of one level, with their weights.
-    fn weighted(&self, node_level: bool) -> Vec<(FaultKind, u32)> {
-        FaultKind::ALL
+    /// The configured kinds of one lane group, with their weights.
+    fn weighted(&self, group: LaneGroup) -> Vec<(FaultKind, u32)> {
+        self.config
+            .fault_kinds()
             .iter()
-            .filter(|k| self.config.faults.contains(k) && k.node_level() == node_level)
-            .filter(|k| self.minority > 0 || k.majority() || !k.node_level())
+            .filter(|k| self.config.faults.contains(k) && k.group() == group)
+            .filter(|k| self.minority > 0 || k.majority() || k.group() != LaneGroup::Node)
+            // A slot needs another shard to move to.
+            .filter(|k| **k != FaultKind::SlotMigration || self.shards >= 2)
             .map(|&k| (k, k.weight()))
             .collect()
     }
@@ -269,7 +431,7 @@ impl Plan<'_> {
 
     /// Lane 0: node faults, one at a time.
     fn node_lane(&self, rng: &mut StdRng, out: &mut Vec<Episode>) {
-        let kinds = self.weighted(true);
+        let kinds = self.weighted(LaneGroup::Node);
         if !kinds.is_empty() {
             self.fill_lane(rng, 0, &kinds, out, |rng, kind| {
                 self.node_episode(rng, kind)
@@ -288,24 +450,62 @@ impl Plan<'_> {
         let nodes = pick_nodes(rng, self.n, count);
         let duration = match kind {
             // Down for longer than any key lives: the restart is safe (row 2).
-            FaultKind::KillMinority | FaultKind::KillMajority => {
+            FaultKind::KillMinority | FaultKind::KillMajority | FaultKind::ShardKill => {
                 self.long(rng, self.config.restart_delay())
             }
             FaultKind::PauseMajority => self.long(rng, self.config.ttl_max + RESTART_MARGIN),
             FaultKind::ScriptFlush => Duration::ZERO,
             _ => self.short(rng),
         };
-        Draft {
-            duration,
-            nodes,
-            clients: Vec::new(),
-            fault: None,
+        let mut draft = Draft::new(duration, nodes);
+        if matches!(kind, FaultKind::ShardKill | FaultKind::ShardPause) {
+            draft.shards = self.pick_shards(rng, draft.nodes.len());
+        }
+        draft
+    }
+
+    /// A shard of each of `count` nodes.
+    fn pick_shards(&self, rng: &mut StdRng, count: usize) -> Vec<usize> {
+        (0..count)
+            .map(|_| rng.random_range(0..self.shards.max(1)))
+            .collect()
+    }
+
+    /// Cluster nodes, lane 1: slot migrations; lane 2: connection kills. Neither makes a node
+    /// faulty (a slot moving is the cluster's normal work; a reset is a network fault), so
+    /// each may hit every node at once.
+    fn cluster_lanes(&self, rng: &mut StdRng, out: &mut Vec<Episode>) {
+        for (lane, group) in [(1, LaneGroup::Migration), (2, LaneGroup::Connection)] {
+            let kinds = self.weighted(group);
+            if kinds.is_empty() {
+                continue;
+            }
+            self.fill_lane(rng, lane, &kinds, out, |rng, kind| {
+                let count = rng.random_range(1..=self.n);
+                let nodes = pick_nodes(rng, self.n, count);
+                if kind == FaultKind::SlotMigration {
+                    let mut draft = Draft::new(self.short(rng), nodes);
+                    draft.shards = (0..count)
+                        .map(|_| rng.random_range(1..self.shards.max(2)))
+                        .collect();
+                    draft.slot_move = Some(SlotMove {
+                        pick: rng.random_range(0..1_000),
+                        keys_first: rng.random_range(0..=2),
+                    });
+                    draft
+                } else {
+                    let d = rand_dur(rng, ms(50), ms(50).max(self.unit * 3 / 8));
+                    let mut draft = Draft::new(d, nodes);
+                    draft.shards = self.pick_shards(rng, count);
+                    draft
+                }
+            });
         }
     }
 
     /// Lanes 1.. : per-client network faults, each lane on its own clients.
     fn client_lanes(&self, rng: &mut StdRng, out: &mut Vec<Episode>) {
-        let kinds = self.weighted(false);
+        let kinds = self.weighted(LaneGroup::Client);
         let lanes = self.config.client_lanes();
         for lane in 0..lanes {
             if kinds.is_empty() {
@@ -345,10 +545,9 @@ impl Plan<'_> {
             ),
         };
         Draft {
-            duration,
-            nodes,
             clients,
             fault: Some(fault),
+            ..Draft::new(duration, nodes)
         }
     }
 
@@ -372,7 +571,7 @@ impl Plan<'_> {
                 None => pick_weighted(rng, kinds),
             };
             let draft = draw(rng, kind);
-            let busy = draft.duration + kind.tail();
+            let busy = draft.duration + kind.tail(self.shards > 0);
             let gap = self.gap(rng);
             if t + busy > self.end {
                 misses += 1;
@@ -386,6 +585,8 @@ impl Plan<'_> {
                 nodes: draft.nodes,
                 clients: draft.clients,
                 fault: draft.fault,
+                shards: draft.shards,
+                slot_move: draft.slot_move,
             });
             t += busy + gap;
         }
@@ -427,7 +628,7 @@ mod tests {
                     e.start >= last_end,
                     "{e:?} overlaps the previous node fault"
                 );
-                last_end = e.start + e.duration + e.kind.tail();
+                last_end = e.start + e.duration + e.kind.tail(false);
                 let minority = e.nodes.len() <= (nodes - 1) / 2;
                 assert_eq!(!minority, e.kind.majority(), "{e:?}");
                 if matches!(e.kind, FaultKind::KillMinority | FaultKind::KillMajority) {
@@ -435,7 +636,7 @@ mod tests {
                 }
             }
             for e in &a {
-                assert!(e.start + e.duration + e.kind.tail() <= config.duration);
+                assert!(e.start + e.duration + e.kind.tail(false) <= config.duration);
                 if e.kind == FaultKind::HoldReplies {
                     assert!(e.duration > config.ttl_max);
                 }
@@ -444,5 +645,69 @@ mod tests {
                 assert!(a.iter().any(|e| e.kind == kind), "no {kind:?} in 60 s");
             }
         }
+    }
+
+    #[test]
+    fn a_cluster_schedule_keeps_its_lanes_apart_and_covers_every_cluster_fault() {
+        let config = TortureConfig::new(3, 42, Duration::from_secs(60)).on_clusters(3);
+        let a = schedule(&config);
+        assert_eq!(a, schedule(&config), "same seed, same schedule");
+        let plain = schedule(&TortureConfig::new(3, 42, Duration::from_secs(60)));
+        assert_ne!(
+            fingerprint(&a),
+            fingerprint(&plain),
+            "clusters get streams of their own"
+        );
+        let mut last_end = Duration::ZERO;
+        for e in &a {
+            assert!(
+                e.start + e.duration + e.kind.tail(true) <= config.duration,
+                "{e:?}"
+            );
+            assert!(config.fault_kinds().contains(&e.kind), "{e:?}");
+            assert!(e.clients.is_empty() && e.fault.is_none(), "{e:?}");
+            match e.lane {
+                0 => {
+                    assert!(
+                        e.start >= last_end,
+                        "{e:?} overlaps the previous node fault"
+                    );
+                    last_end = e.start + e.duration + e.kind.tail(true);
+                    assert_eq!(e.nodes.len() > 1, e.kind.majority(), "{e:?}");
+                    if matches!(e.kind, FaultKind::KillMinority | FaultKind::ShardKill) {
+                        assert!(e.duration >= config.restart_delay(), "{e:?}");
+                        assert_eq!(e.kind.tail(true), CLUSTER_RESTART);
+                    }
+                    let one_shard = matches!(e.kind, FaultKind::ShardKill | FaultKind::ShardPause);
+                    let want = if one_shard { e.nodes.len() } else { 0 };
+                    assert_eq!(e.shards.len(), want, "{e:?}");
+                    assert!(e.shards.iter().all(|&s| s < 3), "{e:?}");
+                }
+                1 => {
+                    assert_eq!(e.kind, FaultKind::SlotMigration);
+                    assert!(e.slot_move.is_some_and(|m| m.keys_first <= 2), "{e:?}");
+                    assert_eq!(e.shards.len(), e.nodes.len(), "{e:?}");
+                    assert!(e.shards.iter().all(|&s| (1..3).contains(&s)), "{e:?}");
+                }
+                2 => {
+                    assert_eq!(e.kind, FaultKind::ShardConnKill);
+                    assert_eq!(e.shards.len(), e.nodes.len(), "{e:?}");
+                }
+                other => panic!("lane {other} on cluster nodes: {e:?}"),
+            }
+        }
+        for kind in FaultKind::CLUSTER {
+            assert!(a.iter().any(|e| e.kind == kind), "no {kind:?} in 60 s");
+        }
+    }
+
+    #[test]
+    fn a_plain_schedule_is_the_one_it_was_before_cluster_nodes() {
+        // The fingerprint the torture example printed for this schedule before cluster nodes
+        // (commit b6f0b9f, `--secs 10 --seed 42 --nodes 3 --clients 4 --mode plain`): a plain
+        // run of an old seed replays the same faults.
+        let config = TortureConfig::new(3, 42, Duration::from_secs(10));
+        let printed = format!("{:016x}", fingerprint(&schedule(&config)));
+        assert_eq!(printed, "4eeede8e2f3f2784");
     }
 }

@@ -160,7 +160,7 @@ impl TakeoverProbe {
             } else {
                 vec!["SET", key, self.foreign.as_str(), "PX", "30000"]
             };
-            let _ = admin.command_timeout(i, &args, ADMIN_TIMEOUT).await;
+            let _ = admin.command(i, key, &args, ADMIN_TIMEOUT).await;
         }
     }
 
@@ -214,7 +214,7 @@ impl TakeoverProbe {
         }
         let admin = self.env.admin.read().await;
         for i in 0..self.env.config.nodes {
-            let _ = admin.command_timeout(i, &["DEL", key], ADMIN_TIMEOUT).await;
+            let _ = admin.command(i, key, &["DEL", key], ADMIN_TIMEOUT).await;
         }
     }
 
