@@ -290,6 +290,7 @@ impl Builder {
             key_prefix: self.key_prefix,
             fencing: self.fencing_tokens,
             background: Default::default(),
+            renewer: Default::default(),
         }))
     }
 }

@@ -1,82 +1,36 @@
-//! Locks that stay held while the work runs: a background extension task, a lost-lock signal that
-//! fires no later than the deadline, and [`Redlock::with_lock`], which cancels the work for real
-//! when the lock is lost.
+//! Locks that stay held while the work runs: the public face of a kept-alive lock ([`KeepAlive`],
+//! [`LockHandle`]), its lost signal that fires no later than the deadline, and how a [`Lock`]
+//! is handed to the layer below that extends it.
 //!
-//! The state every party sees is one `watch` value ([`Status`]) that only moves forward: once a
-//! lock is marked lost it stays lost, and a new deadline is published only if it was obtained
-//! before the old one passed and lies after it. The extension task and every `lost()` waiter race
-//! to mark the lock lost at the deadline; whoever comes first wins, and both agree on the outcome.
+//! Every waiter on the lost signal watches the clock itself and marks the lock lost at its
+//! deadline, so the signal is on time however busy the renewer is; the status it reads only
+//! moves forward (see `renewal`).
 //!
-//! The task owns the [`Lock`] inside a [`Holder`] whose `Drop` publishes "lost" BEFORE the lock
-//! (and so its keys) goes: whatever way the task ends (a panic, the runtime shutting down, an
-//! early return), no handle can still say "held" once the keys may be released.
-//!
-//! Owns: the extension task, its count against `max_extensions`, the lost signal, `with_lock`.
-//! [`KeepAliveOptions`] and the schedule's arithmetic (when to extend, for how long, when to give
-//! up) are `pacing`'s.
-//! Must not: talk to nodes except through [`Lock::extend`]'s round.
+//! Owns: the guard and its handles, what `release` and drop of the guard do.
+//! Must not: extend a lock itself or keep a schedule (that is `renewal`'s, whose [`Status`] is
+//! what every handle reads), or talk to nodes except through [`Lock::release`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::error::{Error, LostReason, Names, NotHeldReason, Result};
 use crate::lock::{Lock, ReleaseReport};
-use crate::pacing::{self, Pacing};
+use crate::node::Held;
+use crate::pacing;
+use crate::renewal::{expire, mark_lost, Driver, Shared, Status, StatusCell, StatusRx};
 
 pub(crate) use crate::pacing::fire_at;
 pub use crate::pacing::KeepAliveOptions;
-
-/// What every observer of a kept-alive lock sees.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Status {
-    pub(crate) deadline: Instant,
-    pub(crate) lost: Option<LostReason>,
-    /// The budget allows no further extension: expiry at `deadline` is a budget loss.
-    final_deadline: bool,
-    extensions: u32,
-}
-
-type Shared = Arc<watch::Sender<Status>>;
-
-/// Marks the lock lost at or after its deadline, unless it already is. Returns the reason.
-fn expire(tx: &Shared) -> Option<LostReason> {
-    tx.send_if_modified(|s| {
-        if s.lost.is_none() && Instant::now() >= fire_at(s.deadline) {
-            s.lost = Some(if s.final_deadline {
-                LostReason::BudgetExhausted
-            } else {
-                LostReason::Expired
-            });
-            true
-        } else {
-            false
-        }
-    });
-    tx.borrow().lost
-}
-
-fn mark_lost(tx: &Shared, reason: LostReason) {
-    tx.send_if_modified(|s| {
-        if s.lost.is_none() {
-            s.lost = Some(reason);
-            true
-        } else {
-            false
-        }
-    });
-}
 
 /// A cheap, clonable view of a kept-alive lock: its token, deadline and lost signal. Given to
 /// the closure of [`Redlock::with_lock`](crate::Redlock::with_lock); get one from [`KeepAlive::handle`].
 #[derive(Debug, Clone)]
 pub struct LockHandle {
     tx: Shared,
-    token: Arc<str>,
-    resources: Arc<[String]>,
+    /// The lock's keys, token and resource names (shared with the lock, not copied).
+    held: Arc<Held>,
 }
 
 impl LockHandle {
@@ -134,7 +88,7 @@ impl LockHandle {
                     if changed.is_err() {
                         return Err(LostReason::TaskEnded);
                     }
-                    let s = *rx.borrow_and_update();
+                    let s = rx.borrow_and_update();
                     return match s.lost {
                         Some(reason) => Err(reason),
                         None => Ok(s.deadline),
@@ -146,7 +100,7 @@ impl LockHandle {
 
     /// Whether the lock is lost (or released) right now, counting a passed deadline as lost.
     pub fn is_lost(&self) -> bool {
-        let s = *self.tx.borrow();
+        let s = self.tx.borrow();
         s.lost.is_some() || Instant::now() >= fire_at(s.deadline)
     }
 
@@ -156,7 +110,7 @@ impl LockHandle {
     }
 
     /// A receiver that sees every change (extension, loss) of this lock's status.
-    pub(crate) fn changes(&self) -> watch::Receiver<Status> {
+    pub(crate) fn changes(&self) -> StatusRx {
         self.tx.subscribe()
     }
 
@@ -175,24 +129,25 @@ impl LockHandle {
 
     /// The owner token.
     pub fn token(&self) -> &str {
-        &self.token
+        &self.held.token
     }
 
     /// The resources held.
     pub fn resources(&self) -> &[String] {
-        &self.resources
+        &self.held.resources
     }
 }
 
-/// A lock kept alive by a background task until [`release`](KeepAlive::release) or drop.
+/// A lock kept alive in the background until [`release`](KeepAlive::release) or drop: by its
+/// Redlock's shared renewer, which extends the locks due at about the same time with one call
+/// per node (the default), or by a task of its own ([`KeepAliveOptions::batched`]).
 ///
-/// Dropping it stops the extension task and releases the lock in the background.
+/// Dropping it stops the extension and releases the lock in the background.
 #[must_use = "dropping a KeepAlive releases the lock at once"]
 #[derive(Debug)]
 pub struct KeepAlive {
     handle: LockHandle,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Lock>>,
+    driver: Driver,
 }
 
 /// A [`Lock::keep_alive_with`] call whose options were rejected: the error, and the lock, still
@@ -245,55 +200,13 @@ impl Lock {
             final_deadline: capped || options.max_extensions == Some(0),
             extensions: 0,
         };
-        let tx: Shared = Arc::new(watch::Sender::new(status));
+        let tx: Shared = StatusCell::new(status);
         let handle = LockHandle {
             tx: tx.clone(),
-            token: Arc::from(self.token()),
-            resources: Arc::from(self.resources()),
+            held: self.held().clone(),
         };
-        let (stop_tx, stop_rx) = oneshot::channel();
-        let holder = Holder {
-            lock: Some(self),
-            tx,
-        };
-        let task = tokio::spawn(extend_loop(holder, options, hold_end, stop_rx));
-        KeepAlive {
-            handle,
-            stop: Some(stop_tx),
-            task: Some(task),
-        }
-    }
-}
-
-/// The extension task's lock. Whatever way the task ends without handing the lock back (a
-/// panic, the runtime shutting down, a return that forgot to), dropping this publishes "lost"
-/// FIRST, and only then drops the lock, which releases its keys in the background.
-struct Holder {
-    lock: Option<Lock>,
-    tx: Shared,
-}
-
-impl Holder {
-    fn lock(&mut self) -> &mut Lock {
-        // `lock` is `None` only after `hand_back`, which consumes the holder.
-        let present = self.lock.as_mut();
-        present.expect("the lock is present until handed back") // ok: see above
-    }
-
-    /// Ends the task normally: the lock goes back to whoever awaits the task.
-    fn hand_back(mut self) -> Lock {
-        let present = self.lock.take();
-        present.expect("the lock is present until handed back") // ok: see `lock`
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        if self.lock.is_some() {
-            mark_lost(&self.tx, LostReason::TaskEnded);
-            tracing::warn!("fredlock: keep-alive task ended without handing its lock back (panic or runtime shutdown); the lock counts as lost and is released");
-        }
-        // `self.lock` is dropped after this: its keys are released in the background.
+        let driver = Driver::start(self, tx, &options, hold_end);
+        KeepAlive { handle, driver }
     }
 }
 
@@ -338,17 +251,20 @@ impl KeepAlive {
         self.handle.extensions()
     }
 
-    /// Stops the extension task first (an extension in flight is abandoned; on each node it is
-    /// queued before the release, so no extension can land after it), then releases the lock.
+    /// Stops the extension first (the renewer, or the lock's own task, hands the lock back; an
+    /// extension in flight is abandoned: on each node it is queued before the release, so no
+    /// extension can land after it), then releases the lock.
     /// Waiters on `lost()` then see [`LostReason::Released`], unless the lock was already lost.
     ///
     /// Errors as [`Lock::release`]; [`Error::NotHeld`] when the lock had been lost.
     ///
     /// Cancellation: dropping the future still releases, in the background.
     pub async fn release(mut self) -> Result<ReleaseReport> {
-        let lock = self.stop_task().await;
+        // "Lost" first: once the stop is sent, the lock can be dropped (and its keys released)
+        // by the renewer if this future is dropped, before `Drop` below would publish it.
         let lost_before = self.handle.tx.borrow().lost;
         mark_lost(&self.handle.tx, LostReason::Released);
+        let lock = self.driver.stop().await;
         match lock {
             Some(lock) => lock.release().await,
             None => Err(Error::NotHeld {
@@ -361,153 +277,12 @@ impl KeepAlive {
             }),
         }
     }
-
-    async fn stop_task(&mut self) -> Option<Lock> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        match self.task.take()?.await {
-            Ok(lock) => Some(lock),
-            Err(e) => {
-                tracing::error!(error = %e, "fredlock: keep-alive task failed; the lock expires with its TTL");
-                None
-            }
-        }
-    }
 }
 
 impl Drop for KeepAlive {
     fn drop(&mut self) {
-        // Dropping `stop` ends the task, which drops the Lock, which releases in the background.
+        // Lost first; then the driver drops the Lock, which releases in the background.
         mark_lost(&self.handle.tx, LostReason::Released);
-    }
-}
-
-/// The extension task. Owns the lock (in a [`Holder`]) and hands it back when stopped or lost.
-///
-/// One cycle: sleep until `renew_when_left` of the TTL is left (and at least `ttl / 10` after the
-/// previous round started); size this round's TTL within the budget, afresh on every retry; send
-/// it only if it moves the deadline forward by at least `ttl / 20`; publish the new deadline only
-/// if it is later than the published one and obtained before that one passed.
-async fn extend_loop(
-    mut holder: Holder,
-    options: KeepAliveOptions,
-    hold_end: Option<Instant>,
-    mut stop: oneshot::Receiver<()>,
-) -> Lock {
-    let tx = holder.tx.clone();
-    let schedule = Pacing::new(
-        &options,
-        holder.lock().ttl(),
-        hold_end,
-        holder.lock().redlock().inner.drift_factor,
-    );
-    let span = tracing::debug_span!("fredlock.keep_alive", resources = ?holder.lock().resources());
-    let mut last_round = holder.lock().acquired_at();
-    loop {
-        let (deadline, final_deadline) = {
-            let s = tx.borrow();
-            (s.deadline, s.final_deadline)
-        };
-        let spent = options
-            .max_extensions
-            .is_some_and(|m| tx.borrow().extensions >= m);
-        if final_deadline || spent {
-            tx.send_if_modified(|s| !std::mem::replace(&mut s.final_deadline, true));
-            tracing::debug!(parent: &span, "keep-alive budget spent; the lock expires at its deadline");
-            tokio::select! {
-                biased;
-                _ = &mut stop => return holder.hand_back(),
-                () = tokio::time::sleep_until(fire_at(deadline)) => {}
-            }
-            expire(&tx);
-            return holder.hand_back();
-        }
-        let renew_at = schedule.renew_at(deadline, last_round);
-        tokio::select! {
-            biased;
-            _ = &mut stop => return holder.hand_back(),
-            () = tokio::time::sleep_until(renew_at) => {}
-        }
-
-        // Extend, retrying transient failures while validity is left.
-        loop {
-            let now = Instant::now();
-            last_round = now;
-            let this_ttl = schedule.round_ttl(now);
-            if !schedule.useful(this_ttl, now, deadline) {
-                // No extension within the budget would move the deadline forward: the last
-                // deadline stands (an extension now could only shorten the keys).
-                tx.send_modify(|s| s.final_deadline = true);
-                break;
-            }
-            let result = tokio::select! {
-                biased;
-                _ = &mut stop => return holder.hand_back(),
-                r = holder.lock().extend_inner(this_ttl, true) => r,
-            };
-            match result {
-                Ok(()) => {
-                    let obtained = holder.lock().deadline();
-                    let new_deadline = pacing::cap(obtained, hold_end);
-                    let published = tx.send_if_modified(|s| {
-                        if s.lost.is_some()
-                            || Instant::now() >= fire_at(s.deadline)
-                            || new_deadline <= s.deadline
-                        {
-                            return false;
-                        }
-                        s.deadline = new_deadline;
-                        s.extensions = s.extensions.saturating_add(1);
-                        if this_ttl < schedule.ttl {
-                            // Shortened to fit the budget: this is the last one.
-                            s.final_deadline = true;
-                        }
-                        true
-                    });
-                    if !published {
-                        // Someone saw the old deadline pass first: the lock counts as lost.
-                        expire(&tx);
-                        if tx.borrow().lost.is_some() {
-                            return holder.hand_back();
-                        }
-                    }
-                    break;
-                }
-                Err(Error::NotHeld {
-                    reason: NotHeldReason::TokenGone,
-                    ..
-                }) => {
-                    tracing::warn!(parent: &span, "fredlock: lock lost: a quorum no longer holds the token");
-                    mark_lost(&tx, LostReason::TokenGone);
-                    return holder.hand_back();
-                }
-                Err(Error::NotHeld { .. }) => {
-                    expire(&tx);
-                    mark_lost(&tx, LostReason::Expired);
-                    tracing::warn!(parent: &span, "fredlock: lock lost: deadline passed before an extension succeeded");
-                    return holder.hand_back();
-                }
-                Err(e) => {
-                    tracing::debug!(parent: &span, error = %e, "extension round failed; retrying within validity");
-                    let give_up = fire_at(tx.borrow().deadline);
-                    let Some(next) = schedule.retry_at(Instant::now(), give_up) else {
-                        tokio::select! {
-                            biased;
-                            _ = &mut stop => return holder.hand_back(),
-                            () = tokio::time::sleep_until(give_up) => {}
-                        }
-                        expire(&tx);
-                        tracing::warn!(parent: &span, "fredlock: lock lost: no extension succeeded before the deadline");
-                        return holder.hand_back();
-                    };
-                    tokio::select! {
-                        biased;
-                        _ = &mut stop => return holder.hand_back(),
-                        () = tokio::time::sleep_until(next) => {}
-                    }
-                }
-            }
-        }
+        self.driver.abandon();
     }
 }

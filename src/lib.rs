@@ -56,10 +56,14 @@
 //!    for how long, when to give up; pure).
 //! 5. `redlock`: the rounds: one acquire attempt, extend, release; [`Redlock`] and its shared state.
 //! 6. `lock` ([`Lock`] and the acquire retry loop that hands it out), `inspect` ([`Redlock::inspect`]).
-//! 7. `keepalive`: [`KeepAlive`], the background extension and the lost signal.
-//! 8. `with_lock` ([`Redlock::with_lock`]), `election` ([`Election`]), `semaphore` ([`Semaphore`]:
+//! 7. `renewal`: who extends a kept-alive lock and when: the per-lock cycle (schedule, budget,
+//!    retries), the status every handle reads, and its two drivers: the Redlock's shared
+//!    renewer, which extends the locks due together with one script call per node, and a task
+//!    per lock.
+//! 8. `keepalive`: [`KeepAlive`] and [`LockHandle`]: the guard, its release and the lost signal.
+//! 9. `with_lock` ([`Redlock::with_lock`]), `election` ([`Election`]), `semaphore` ([`Semaphore`]:
 //!    at most N holders, each permit a quorum lock on one of N slots).
-//! 9. [`config`]: the builder; validates, then constructs. Nothing imports it back.
+//! 10. [`config`]: the builder; validates, then constructs. Nothing imports it back.
 //!
 //! The test machinery (local `redis-server` nodes, node control, a fault proxy, the safety checker
 //! and the torture run) lives in the `fredlock-testkit` crate beside this one, not in the library.
@@ -80,6 +84,7 @@ mod node;
 mod pacing;
 mod quorum;
 mod redlock;
+mod renewal;
 mod reply;
 mod scripts;
 mod semaphore;

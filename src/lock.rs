@@ -146,12 +146,7 @@ impl Lock {
         // timeout, a dropped future). If `ttl` ends before the current deadline it may SHORTEN
         // the keys there, so the deadline drops to what the extension would set, before anything
         // is sent: never later than what the nodes may hold.
-        let t0 = Instant::now();
-        if let Ok(v) = quorum::validity(ttl, self.redlock.inner.drift_factor) {
-            if let Some(end) = t0.checked_add(v) {
-                self.deadline = self.deadline.min(end);
-            }
-        }
+        self.before_extend(ttl, Instant::now());
         let deadline = tracing::Instrument::instrument(
             self.redlock
                 .inner
@@ -159,8 +154,7 @@ impl Lock {
             span.clone(),
         )
         .await?;
-        self.deadline = deadline;
-        self.ttl = ttl;
+        self.extended(deadline, ttl);
         span.in_scope(|| {
             tracing::debug!(
                 remaining_ms = self.remaining().as_millis() as u64,
@@ -206,6 +200,33 @@ impl Lock {
             Outcome::Reached => Ok(report),
             _ => Err(inner.round_failure(&self.held.resources, votes)),
         }
+    }
+}
+
+/// The steps of an extension, for the keep-alive's batched rounds as for [`Lock::extend`].
+impl Lock {
+    /// The keys and token (shared with every per-node command of this lock).
+    pub(crate) fn held(&self) -> &Arc<Held> {
+        &self.held
+    }
+
+    /// Before an extension of `ttl` is sent at `now`: it may land on some nodes whatever becomes
+    /// of it, and if it ends before the current deadline it may SHORTEN the keys there, so the
+    /// deadline drops to what it would set (`now + ttl - drift`), never later than what the
+    /// nodes may hold. Returns the deadline the extension must be decided before.
+    pub(crate) fn before_extend(&mut self, ttl: Duration, now: Instant) -> Instant {
+        if let Ok(v) = quorum::validity(ttl, self.redlock.inner.drift_factor) {
+            if let Some(end) = now.checked_add(v) {
+                self.deadline = self.deadline.min(end);
+            }
+        }
+        self.deadline
+    }
+
+    /// After an extension of `ttl` succeeded with `deadline`.
+    pub(crate) fn extended(&mut self, deadline: Instant, ttl: Duration) {
+        self.deadline = deadline;
+        self.ttl = ttl;
     }
 }
 

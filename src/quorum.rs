@@ -240,6 +240,31 @@ pub(crate) fn quorum_known<T: AsVote>(answers: &[Option<T>]) -> bool {
     tally(answers.len(), answers.iter().flatten().map(AsVote::as_vote)) != Outcome::Undecided
 }
 
+/// `decided` rule for a batch of `items` quorum questions answered together (each node's answer
+/// carries one vote per item, in order): stop once every item's outcome is known. Each item is
+/// tallied on its own, with the same rule as [`quorum_known`].
+pub(crate) fn each_known(answers: &[Option<Vec<Vote>>], items: usize) -> bool {
+    (0..items).all(|k| {
+        let votes = answers.iter().flatten().filter_map(|a| a.get(k));
+        tally(answers.len(), votes) != Outcome::Undecided
+    })
+}
+
+/// Item `k`'s votes in a batch's answers (unanswered nodes, and answers without it, `Pending`).
+pub(crate) fn item_votes(answers: &[Option<Vec<Vote>>], k: usize) -> crate::error::Votes {
+    crate::error::Votes(
+        answers
+            .iter()
+            .map(|a| {
+                a.as_ref()
+                    .and_then(|v| v.get(k))
+                    .cloned()
+                    .unwrap_or(Vote::Pending)
+            })
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,6 +368,32 @@ mod tests {
             default_node_timeout(Duration::from_millis(10)),
             Duration::from_millis(5)
         );
+    }
+
+    #[test]
+    fn a_batch_is_decided_item_by_item() {
+        use Vote::*;
+        // Two nodes of three answered: item 0 granted by both, item 1 split.
+        let answers = vec![
+            Some(vec![Granted, Granted]),
+            Some(vec![Granted, Refused]),
+            None,
+        ];
+        assert!(!each_known(&answers, 2), "item 1 needs the third node");
+        assert!(each_known(&answers[..], 1));
+        assert_eq!(item_votes(&answers, 1).0, vec![Granted, Refused, Pending]);
+        let all = vec![
+            Some(vec![Granted, Granted]),
+            Some(vec![Granted, Refused]),
+            Some(vec![failed(), Refused]),
+        ];
+        assert!(each_known(&all, 2));
+        assert_eq!(outcome(&item_votes(&all, 0).0), Outcome::Reached);
+        assert_eq!(outcome(&item_votes(&all, 1).0), Outcome::Impossible);
+        // A short answer never counts as a vote for the items it lacks.
+        let short = vec![Some(vec![Granted]), Some(vec![Granted]), None];
+        assert!(!each_known(&short, 2));
+        assert_eq!(item_votes(&short, 1).0, vec![Pending, Pending, Pending]);
     }
 
     #[tokio::test]

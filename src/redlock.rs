@@ -14,8 +14,10 @@ use tokio::time::Instant;
 pub(crate) use crate::background::spawn_release;
 use crate::background::{self, Background, CleanupGuard, Releaser};
 use crate::error::{Error, InvalidInput, Names, NotHeldReason, Result, Vote, Votes};
-use crate::node::{Acquired, Held, Node};
-use crate::quorum::{self, fan_out, quorum_known, votes, AsVote, Late, Outcome};
+use crate::node::{Acquired, Extension, Held, Node};
+use crate::quorum::{
+    self, each_known, fan_out, item_votes, quorum_known, votes, AsVote, Late, Outcome,
+};
 
 /// A Redlock over N independent Redis nodes. Cheap to clone (one `Arc`); share it freely
 /// across tasks.
@@ -36,6 +38,47 @@ pub(crate) struct Inner {
     pub(crate) fencing: bool,
     /// Releases spawned from drop paths that may not have reached fred's queues yet.
     pub(crate) background: Background,
+    /// The keep-alive renewer of this Redlock (a handle the `renewal` layer above keeps here).
+    pub(crate) renewer: Slot,
+}
+
+/// A value that a higher layer keeps per Redlock (the keep-alive renewer's handle), stored
+/// type-erased so that this layer does not depend on the layer that defines it.
+#[derive(Default)]
+pub(crate) struct Slot(std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>);
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Slot")
+    }
+}
+
+impl Slot {
+    /// The stored `T` if there is one and `usable` says it still is; otherwise `make()`'s, which
+    /// replaces whatever was stored. Atomic: two callers never both make one.
+    pub(crate) fn get_or_replace<T: Clone + Send + 'static>(
+        &self,
+        usable: impl FnOnce(&T) -> bool,
+        make: impl FnOnce() -> T,
+    ) -> T {
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(current) = slot.as_ref().and_then(|b| b.downcast_ref::<T>()) {
+            if usable(current) {
+                return current.clone();
+            }
+        }
+        let fresh = make();
+        *slot = Some(Box::new(fresh.clone()));
+        fresh
+    }
+}
+
+/// One lock's request in a batched extend round ([`Inner::extend_many`]).
+pub(crate) struct ExtendRequest {
+    pub(crate) held: Arc<Held>,
+    pub(crate) ttl: Duration,
+    /// The lock's current deadline: the round must be decided before it.
+    pub(crate) deadline: Instant,
 }
 
 /// Resource names starting with this are fredlock's own (fencing counters, semaphore slots):
@@ -529,6 +572,103 @@ impl Inner {
             });
         }
         Err(self.round_failure(&held.resources, votes))
+    }
+
+    /// One batched extend round for many locks of this Redlock (the keep-alive's): ONE call per
+    /// node carries every lock (see [`Node::extend_many`]), and each lock is decided on its own,
+    /// exactly as [`extend`](Self::extend) with `patient` decides for one: it is extended only if
+    /// a quorum of nodes extended IT, before its own current deadline, and its new deadline
+    /// counts from before the batch was sent (`t0 + validity(its ttl)`). One result per request,
+    /// in order, with the errors of `extend`. A request whose deadline already passed, or whose
+    /// TTL is invalid, is answered without being sent.
+    ///
+    /// The per-node timeout is the most patient one that every lock of the batch allows (the
+    /// smallest of `max(node timeout, half its validity left)`); the round returns as soon as
+    /// every lock's outcome is known.
+    ///
+    /// Cancellation: dropping the future abandons the round; the calls already handed to fred
+    /// still run on their nodes and only extend keys that still hold their lock's token.
+    pub(crate) async fn extend_many(&self, reqs: &[ExtendRequest]) -> Vec<Result<Instant>> {
+        /// Each request: decided before sending, or sent as item `k` with its new deadline.
+        enum Plan {
+            Done(Error),
+            Sent(usize, Instant),
+        }
+        let t0 = Instant::now();
+        let mut batch = Vec::with_capacity(reqs.len());
+        let mut timeout: Option<Duration> = None;
+        let mut until = t0;
+        let plans: Vec<Plan> = reqs
+            .iter()
+            .map(|r| {
+                let checked = quorum::ttl_millis(r.ttl)
+                    .and_then(|ms| Ok((ms, quorum::validity(r.ttl, self.drift_factor)?)));
+                let (ttl_ms, validity) = match checked {
+                    Ok(v) => v,
+                    Err(e) => return Plan::Done(e.into()),
+                };
+                if t0 >= r.deadline {
+                    return Plan::Done(Error::NotHeld {
+                        resources: Names(r.held.resources.clone()),
+                        reason: NotHeldReason::Expired,
+                        votes: Votes::default(),
+                    });
+                }
+                let Some(new_deadline) = t0.checked_add(validity) else {
+                    return Plan::Done(InvalidInput::TtlTooLarge(r.ttl).into());
+                };
+                let patience = self
+                    .node_timeout(r.ttl)
+                    .max(r.deadline.duration_since(t0) / 2);
+                timeout = Some(timeout.map_or(patience, |t| t.min(patience)));
+                until = until.max(r.deadline);
+                batch.push(Extension {
+                    held: r.held.clone(),
+                    ttl_ms,
+                });
+                Plan::Sent(batch.len() - 1, new_deadline)
+            })
+            .collect();
+        let answers = match timeout {
+            Some(timeout) => {
+                let items = batch.len();
+                let batch = Arc::new(batch);
+                let calls = self
+                    .nodes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| (i, n.clone().extend_many(batch.clone(), timeout)));
+                // A late extension only keeps our own keys longer: nothing to finish.
+                fan_out(self.nodes.len(), calls, Some(until), Late::Drop, |a| {
+                    each_known(a, items)
+                })
+                .await
+            }
+            None => Vec::new(),
+        };
+        let now = Instant::now();
+        plans
+            .into_iter()
+            .zip(reqs)
+            .map(|(plan, r)| match plan {
+                Plan::Done(e) => Err(e),
+                Plan::Sent(k, new_deadline) => {
+                    let votes = item_votes(&answers, k);
+                    let reached = quorum::outcome(&votes.0) == Outcome::Reached;
+                    if now >= r.deadline {
+                        Err(Error::NotHeld {
+                            resources: Names(r.held.resources.clone()),
+                            reason: NotHeldReason::Expired,
+                            votes,
+                        })
+                    } else if reached {
+                        Ok(new_deadline)
+                    } else {
+                        Err(self.round_failure(&r.held.resources, votes))
+                    }
+                }
+            })
+            .collect()
     }
 
     /// Why a quorum round on a held lock (extend, release) failed: `NotHeld(TokenGone)` when

@@ -144,6 +144,45 @@ pub(crate) fn released(node: &str, reply: Result<Value, NodeError>, keys: usize)
     }
 }
 
+/// The batched extend script's reply for `locks` locks: one vote per lock, in order. `1`
+/// granted, `0` refused, a string (the server's error for that lock's keys, e.g. WRONGTYPE) a
+/// failure of that lock alone. A reply of any other shape, or an error for the whole call (a
+/// timeout, a connection reset), fails every lock of the batch on this node: its outcome is
+/// unknown, never a grant.
+pub(crate) fn extended_many(
+    node: &str,
+    reply: Result<Value, NodeError>,
+    locks: usize,
+) -> Vec<Vote> {
+    let parts = match reply {
+        Ok(Value::Array(parts)) if parts.len() == locks => parts,
+        Ok(_) => {
+            let e = unexpected(node, "one 1, 0 or error per lock");
+            return vec![Vote::Failed(e); locks];
+        }
+        Err(e) => return vec![Vote::Failed(e); locks],
+    };
+    parts
+        .into_iter()
+        .map(|part| match part {
+            Value::Integer(1) => Vote::Granted,
+            Value::Integer(0) => Vote::Refused,
+            // Only a string is the server's words (`as_str` would also turn a number into one).
+            Value::String(message) => Vote::Failed(NodeError {
+                node: node.to_string(),
+                kind: NodeErrorKind::Server,
+                message: message.to_string(),
+            }),
+            Value::Bytes(message) => Vote::Failed(NodeError {
+                node: node.to_string(),
+                kind: NodeErrorKind::Server,
+                message: String::from_utf8_lossy(&message).into_owned(),
+            }),
+            _ => Vote::Failed(unexpected(node, "1, 0 or an error for each lock")),
+        })
+        .collect()
+}
+
 /// The inspect script's reply: `[token, pttl_ms]`, or `[nil, _]` when the key does not exist.
 pub(crate) fn holder(
     node: &str,
@@ -240,6 +279,41 @@ mod tests {
         assert_eq!(released("n", Ok(Value::Integer(1)), 2), Vote::Refused);
         assert!(is_unexpected(&released("n", Ok(Value::Integer(3)), 2)));
         assert!(is_unexpected(&released("n", Ok(Value::Integer(-1)), 2)));
+    }
+
+    #[test]
+    fn a_batched_extend_answers_per_lock() {
+        let reply = Ok(Value::Array(vec![
+            Value::Integer(1),
+            Value::Integer(0),
+            Value::from("WRONGTYPE Operation against a key holding the wrong kind of value"),
+            Value::Integer(1),
+        ]));
+        let votes = extended_many("n", reply, 4);
+        assert_eq!(votes[0], Vote::Granted);
+        assert_eq!(votes[1], Vote::Refused);
+        assert!(
+            matches!(&votes[2], Vote::Failed(e) if e.kind == NodeErrorKind::Server && e.message.starts_with("WRONGTYPE"))
+        );
+        assert_eq!(votes[3], Vote::Granted);
+        // A reply for another number of locks, or of another shape, is never a grant.
+        let short = extended_many("n", ints(&[1, 1]), 3);
+        assert!(short.len() == 3 && short.iter().all(is_unexpected));
+        let odd = extended_many("n", ints(&[1, 2]), 2);
+        assert_eq!(odd[0], Vote::Granted);
+        assert!(is_unexpected(&odd[1]));
+        assert!(extended_many("n", Ok(Value::Integer(1)), 1)
+            .iter()
+            .all(is_unexpected));
+        let down = NodeError {
+            node: "n".into(),
+            kind: NodeErrorKind::Connection,
+            message: "reset".into(),
+        };
+        let cut = extended_many("n", Err(down), 2);
+        assert!(cut
+            .iter()
+            .all(|v| matches!(v, Vote::Failed(e) if e.kind == NodeErrorKind::Connection)));
     }
 
     #[test]

@@ -13,6 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["background", "pacing"],
     &["redlock"],
     &["lock", "inspect"],
+    &["renewal"],
     &["keepalive"],
     &["with_lock", "election", "semaphore"],
     &["config"],
