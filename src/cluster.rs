@@ -388,8 +388,18 @@ impl Shards {
                 ));
             }
             let shard = self.shard(&target)?;
+            let mut left = left;
             if *shard.state.link.borrow() == Link::Connecting {
                 ready(&shard, left).await;
+                // What the wait used is gone: the command must not outlive its call's budget
+                // (a clean-up release waits for it only that long).
+                left = timeout.saturating_sub(start.elapsed());
+                if left.is_zero() {
+                    return Err(self.node_error(
+                        NodeErrorKind::Timeout,
+                        format!("shard {target}: not connected in time"),
+                    ));
+                }
             }
             let reply = send(&shard.client, cmd, args.clone(), left, asking).await;
             let e = match reply {
