@@ -44,6 +44,8 @@ struct Shard {
     addr: String,
     client: Client,
     state: Arc<State>,
+    /// Commands waiting for this shard's first connection (they wake in no fixed order).
+    waiting: std::sync::atomic::AtomicUsize,
 }
 
 /// The slot table: ranges from `CLUSTER SLOTS`, and single slots a `MOVED` moved since.
@@ -285,6 +287,7 @@ impl Shards {
             addr: addr.to_string(),
             client,
             state,
+            waiting: Default::default(),
         });
         shards.insert(addr.to_string(), shard.clone());
         Ok(shard)
@@ -389,17 +392,27 @@ impl Shards {
             }
             let shard = self.shard(&target)?;
             let mut left = left;
-            if *shard.state.link.borrow() == Link::Connecting {
+            let connecting = *shard.state.link.borrow() == Link::Connecting;
+            if connecting {
+                let _waiting = Waiting::new(&shard);
                 ready(&shard, left).await;
-                // What the wait used is gone: the command must not outlive its call's budget
-                // (a clean-up release waits for it only that long).
-                left = timeout.saturating_sub(start.elapsed());
-                if left.is_zero() {
-                    return Err(self.node_error(
-                        NodeErrorKind::Timeout,
-                        format!("shard {target}: not connected in time"),
-                    ));
+            }
+            // Commands that waited for the connection wake in no fixed order: a release must
+            // not overtake its token's SET that waited too (or still waits).
+            if let Some(token) = after {
+                if connecting || shard.waiting.load(std::sync::atomic::Ordering::Acquire) > 0 {
+                    self.settled(token, timeout.saturating_sub(start.elapsed()))
+                        .await;
                 }
+            }
+            // What the waits used is gone: the command must not outlive its call's budget (a
+            // clean-up release waits for it only that long).
+            left = timeout.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return Err(self.node_error(
+                    NodeErrorKind::Timeout,
+                    format!("shard {target}: not connected in time"),
+                ));
             }
             let reply = send(&shard.client, cmd, args.clone(), left, asking).await;
             let e = match reply {
@@ -471,6 +484,26 @@ impl Shards {
             error.kind,
             format!("shard {}: {}", shard.addr, error.message),
         )
+    }
+}
+
+/// Counts a command waiting for a shard's first connection while it lives.
+struct Waiting<'a>(&'a Shard);
+
+impl<'a> Waiting<'a> {
+    fn new(shard: &'a Shard) -> Waiting<'a> {
+        shard
+            .waiting
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Waiting(shard)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0
+            .waiting
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
