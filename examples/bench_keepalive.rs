@@ -263,6 +263,9 @@ struct Sample {
     commands_per_s: f64,
     /// Node CPU seconds per held lock per minute.
     node_cpu: f64,
+    /// Node CPU microseconds per lock extension (all nodes): the same work, whether or not a
+    /// variant kept up with its renewals.
+    node_cpu_per_extension: f64,
     rss_per_lock: f64,
     trimmed_rss_per_lock: f64,
     heap_per_lock: f64,
@@ -278,10 +281,11 @@ struct Sample {
 impl Sample {
     fn line(&self) -> String {
         format!(
-            "RESULT scripts_per_s={} commands_per_s={} node_cpu={} rss_per_lock={} trimmed_rss_per_lock={} heap_per_lock={} client_cpu={} extensions_per_s={} usec_per_script={} locks_per_script={} lost={} window_s={}",
+            "RESULT scripts_per_s={} commands_per_s={} node_cpu={} node_cpu_per_extension={} rss_per_lock={} trimmed_rss_per_lock={} heap_per_lock={} client_cpu={} extensions_per_s={} usec_per_script={} locks_per_script={} lost={} window_s={}",
             self.scripts_per_s,
             self.commands_per_s,
             self.node_cpu,
+            self.node_cpu_per_extension,
             self.rss_per_lock,
             self.trimmed_rss_per_lock,
             self.heap_per_lock,
@@ -306,6 +310,7 @@ impl Sample {
             scripts_per_s: get("scripts_per_s")?,
             commands_per_s: get("commands_per_s")?,
             node_cpu: get("node_cpu")?,
+            node_cpu_per_extension: get("node_cpu_per_extension")?,
             rss_per_lock: get("rss_per_lock")?,
             trimmed_rss_per_lock: get("trimmed_rss_per_lock")?,
             heap_per_lock: get("heap_per_lock")?,
@@ -409,6 +414,7 @@ async fn child(
         scripts_per_s: stats.scripts as f64 / elapsed,
         commands_per_s: stats.commands as f64 / elapsed,
         node_cpu: per_lock_minute(stats.cpu),
+        node_cpu_per_extension: stats.cpu * 1e6 / extensions.max(1) as f64,
         rss_per_lock: per_lock(rss0, rss1),
         trimmed_rss_per_lock: per_lock(trimmed0, trimmed),
         heap_per_lock: heap1.saturating_sub(heap0) as f64 / locks as f64,
@@ -631,6 +637,13 @@ async fn main() {
         "node CPU s per held lock per minute, above idle",
         &|s| s.node_cpu - idle_per_lock_minute,
         6,
+        "—",
+        &none,
+    );
+    row(
+        "node CPU µs per lock extension (3 nodes)",
+        &|s| s.node_cpu_per_extension,
+        2,
         "—",
         &none,
     );
