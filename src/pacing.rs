@@ -87,8 +87,9 @@ impl KeepAliveOptions {
     /// renewer, one background task for all its kept-alive locks, which extends the locks due
     /// at about the same time together, with ONE script call per node for up to 128 keys,
     /// and decides each lock on its own (its own quorum, its own validity).
-    /// A lock may then be extended up to `min(ttl / 20, 500 ms)` before `renew_when_left` says,
-    /// to share a batch, never sooner than `ttl / 10` after its previous round. `false`: a
+    /// A lock may then be extended up to `min(ttl / 20, 500 ms)` before `renew_when_left` says
+    /// (its renewal is rounded down to a grid of that size, so that locks due within it share a
+    /// batch), never sooner than `ttl / 10` after its previous round. `false`: a
     /// task of its own, one extension script per node per renewal: the behaviour before
     /// batching, kept for comparison and for a lock that must never share a round; at 10,000
     /// locks it costs about 2.5x the heap per held lock, 2.4x the nodes' CPU and 100x the
@@ -129,10 +130,10 @@ const MIN_RETRY_DIVISOR: u32 = 100;
 /// The smallest pause between two rounds.
 const MIN_RETRY_PAUSE: Duration = Duration::from_millis(1);
 
-/// A renewal may start up to `ttl / this` early, to share a batch with rounds due before it.
-const COALESCE_DIVISOR: u32 = 20;
-/// ... and at most this early, whatever the TTL.
-pub(crate) const MAX_COALESCE: Duration = Duration::from_millis(500);
+/// A batched renewal's time is rounded down to a grid of at most `ttl / this`...
+const GRAIN_DIVISOR: u32 = 20;
+/// ... and at most this, whatever the TTL.
+const MAX_GRAIN: Duration = Duration::from_millis(500);
 
 /// The lost signal fires this long BEFORE the deadline: timers fire at or after their instant
 /// (tokio rounds up to the millisecond), and the signal must come no later than the deadline.
@@ -206,16 +207,39 @@ impl Pacing {
             .max(last_round.checked_add(self.gap).unwrap_or(deadline))
     }
 
-    /// The earliest a renewal due at `due` may start so that it shares a batch with rounds due
-    /// a little before it: up to `min(ttl / 20, 500 ms)` early, never sooner than the pacing gap
-    /// after the previous round (`last_round`), never later than `due`. Starting early only
-    /// moves the deadline forward sooner: the round's TTL and usefulness are measured when it
-    /// is sent. Once extended together, locks with the same TTL and options stay due together.
-    pub(crate) fn coalesce_from(&self, due: Instant, last_round: Instant) -> Instant {
-        let slack = (self.ttl / COALESCE_DIVISOR).min(MAX_COALESCE);
-        let early = due.checked_sub(slack).unwrap_or(due);
+    /// The grid that batched renewals are rounded down to: the largest power of two of
+    /// milliseconds not above `min(ttl / 20, 500 ms)`; `None` below 1 ms (no rounding).
+    /// Powers of two nest, so locks of different TTLs still meet on the coarser grid's points.
+    fn grain(&self) -> Option<Duration> {
+        let cap = (self.ttl / GRAIN_DIVISOR).min(MAX_GRAIN).as_millis();
+        if cap == 0 {
+            return None;
+        }
+        let mut grain: u64 = 1;
+        while u128::from(grain * 2) <= cap {
+            grain *= 2;
+        }
+        Some(Duration::from_millis(grain))
+    }
+
+    /// When a renewal due at `due` is sent by the shared renewer: rounded down to the grid of
+    /// [`grain`](Self::grain) counted from `epoch` (the renewer's start), so that locks due
+    /// within one grain of each other share a batch; never sooner than the pacing gap after the
+    /// previous round (`last_round`), never later than `due`. So a renewal starts less than
+    /// `min(ttl / 20, 500 ms)` early, which only moves the deadline forward sooner (the round's
+    /// TTL and usefulness are measured when it is sent); and locks extended together, having the
+    /// same new deadline, stay due together.
+    pub(crate) fn batch_at(&self, due: Instant, last_round: Instant, epoch: Instant) -> Instant {
+        let Some(grain) = self.grain() else {
+            return due;
+        };
+        let since = due.saturating_duration_since(epoch).as_nanos();
+        let rounded = u64::try_from(since - since % grain.as_nanos())
+            .ok()
+            .and_then(|n| epoch.checked_add(Duration::from_nanos(n)))
+            .unwrap_or(due);
         let paced = last_round.checked_add(self.gap).unwrap_or(due);
-        early.max(paced).min(due)
+        rounded.max(paced).min(due)
     }
 
     /// This round's TTL: the full one, or what is left of the budget, measured at `now`.
@@ -316,27 +340,40 @@ mod tests {
     }
 
     #[test]
-    fn a_renewal_may_start_a_little_early_to_share_a_batch() {
+    fn a_batched_renewal_is_rounded_down_to_a_grid() {
         let ttl = Duration::from_secs(6);
         let p = pacing(ttl, None, None);
-        let t0 = Instant::now();
-        let due = t0 + Duration::from_secs(4);
-        // ttl / 20 = 300 ms early ...
-        assert_eq!(p.coalesce_from(due, t0), due - 300 * MS);
-        // ... never sooner than the gap (600 ms) after the previous round ...
-        let recent = due - 700 * MS;
-        assert_eq!(p.coalesce_from(due, recent), recent + 600 * MS);
-        assert_eq!(p.coalesce_from(due, due - 600 * MS), due);
-        // ... and at most 500 ms early, whatever the TTL.
-        let long = pacing(Duration::from_secs(60), None, None);
-        let due = t0 + Duration::from_secs(40);
-        assert_eq!(long.coalesce_from(due, t0), due - 500 * MS);
+        // ttl / 20 = 300 ms: a grid of 256 ms.
+        assert_eq!(p.grain(), Some(256 * MS));
+        let epoch = Instant::now();
+        let t0 = epoch + Duration::from_secs(10);
+        let due = epoch + 4_100 * MS;
+        assert_eq!(p.batch_at(due, epoch, epoch), epoch + 4_096 * MS);
+        // Two locks due 30 ms apart in one grain renew at the same instant.
+        let a = epoch + 5_130 * MS;
+        let b = epoch + 5_160 * MS;
+        assert_eq!(p.batch_at(a, epoch, epoch), p.batch_at(b, epoch, epoch));
+        // Never sooner than the gap (600 ms) after the previous round, never after `due`.
+        assert_eq!(p.batch_at(a, epoch, epoch), epoch + 5_120 * MS);
+        assert_eq!(p.batch_at(a, a - 605 * MS, epoch), a - 5 * MS);
+        assert_eq!(p.batch_at(a, a, epoch), a);
+        // A due before the epoch is not moved.
+        assert_eq!(p.batch_at(epoch, t0, t0), epoch);
+        // At most 500 ms (a 256 ms grid) whatever the TTL; tiny TTLs are not rounded.
+        assert_eq!(
+            pacing(Duration::from_secs(60), None, None).grain(),
+            Some(256 * MS)
+        );
+        assert_eq!(
+            pacing(Duration::from_millis(100), None, None).grain(),
+            Some(4 * MS)
+        );
+        assert_eq!(pacing(Duration::from_millis(10), None, None).grain(), None);
         // A renewal paced right after the previous one (renew_when_left near 1) is never early.
         let options = KeepAliveOptions::default().renew_when_left(0.999);
         let eager = Pacing::new(&options, ttl, None, 0.01);
-        let deadline = t0 + ttl;
-        let due = eager.renew_at(deadline, t0);
-        assert_eq!(eager.coalesce_from(due, t0), due);
+        let due = eager.renew_at(t0 + ttl, t0);
+        assert_eq!(eager.batch_at(due, t0, epoch), due);
     }
 
     #[test]

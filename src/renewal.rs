@@ -15,16 +15,17 @@
 //! shared renewer keeps its holders in its own future, so the same holds for every lock it
 //! renews at once; the next keep-alive on that Redlock starts a new renewer.
 //!
-//! **Batches.** The renewer wakes when the earliest lock is due, and takes every lock whose
-//! round is due by then, or within `min(ttl / 20, 500 ms)` after (its own TTL; never sooner
-//! than `ttl / 10` after that lock's previous round: see [`Pacing::coalesce_from`]). Locks
-//! extended in one batch get the same new deadline and so stay due together. A batch carries at
+//! **Batches.** Each renewal's time is rounded down to a grid of 2^k ms, the largest not above
+//! `min(ttl / 20, 500 ms)` (never sooner than `ttl / 10` after that lock's previous round: see
+//! [`Pacing::batch_at`]); the renewer wakes at the earliest such time and takes every lock due
+//! by then, so locks due within one grain of each other share a batch. Locks extended in one
+//! batch get the same new deadline and so stay due together. A batch carries at
 //! most [`MAX_BATCH_KEYS`] keys (a lock with more goes alone), so that no script holds a node for
 //! long. Each lock keeps its own cycle: its TTL within its budget, its quorum of nodes that
 //! extended IT (the script answers per lock), its validity counted from before the batch was
 //! sent, its own retries and its own lost signal (see `Inner::extend_many` in `redlock`). A
 //! batch's results are applied once every lock of it is decided, at most one per-node timeout
-//! after it was sent (the most patient one its most urgent lock allows); waiting costs no
+//! after it was sent (the most patient one every lock of the batch allows); waiting costs no
 //! validity. Batches run concurrently; a lock is in at most one at a time, and a guard's
 //! release or drop is served at once, batch in flight or not.
 //!
@@ -333,14 +334,15 @@ impl Renewal {
         }
     }
 
-    /// When this lock's next step is due, and the earliest it may be taken into a batch; `None`
-    /// while a round is in flight or once done.
-    fn due(&self) -> Option<(Instant, Instant)> {
+    /// When the shared renewer takes this lock's next step (renewals rounded to the batch grid
+    /// counted from `epoch`, retries and expiries exactly when due); `None` while a round is in
+    /// flight or once done.
+    fn due(&self, epoch: Instant) -> Option<Instant> {
         match self.next {
             Next::Round { at, retry: false } => {
-                Some((at, self.pacing.coalesce_from(at, self.last_round)))
+                Some(self.pacing.batch_at(at, self.last_round, epoch))
             }
-            Next::Round { at, retry: true } | Next::Expire { at, .. } => Some((at, at)),
+            Next::Round { at, retry: true } | Next::Expire { at, .. } => Some(at),
             Next::InFlight | Next::Done => None,
         }
     }
@@ -595,7 +597,7 @@ impl Renewer {
 /// The shared renewer: runs every registered lock's cycle, extending the locks due at about the
 /// same time together, and answers the guards' requests at any time, batches in flight or not.
 async fn run_renewer(mut rx: mpsc::UnboundedReceiver<Msg>) {
-    let mut book = Book::default();
+    let mut book = Book::new();
     let mut rounds = FuturesUnordered::new();
     let mut open = true;
     let sleep = tokio::time::sleep_until(Instant::now());
@@ -636,14 +638,23 @@ async fn run_renewer(mut rx: mpsc::UnboundedReceiver<Msg>) {
 }
 
 /// The shared renewer's locks and their schedule.
-#[derive(Default)]
 struct Book {
     locks: HashMap<u64, Box<Renewal>>,
-    /// `(due, id)` of every lock waiting for a step (not in flight, not done).
+    /// `(when, id)` of every lock waiting for a step (not in flight, not done).
     schedule: BTreeSet<(Instant, u64)>,
+    /// Where the batch grid is counted from.
+    epoch: Instant,
 }
 
 impl Book {
+    fn new() -> Book {
+        Book {
+            locks: HashMap::new(),
+            schedule: BTreeSet::new(),
+            epoch: Instant::now(),
+        }
+    }
+
     fn handle(&mut self, msg: Msg) {
         match msg {
             Msg::Add(id, mut renewal) => {
@@ -667,7 +678,7 @@ impl Book {
 
     /// Files `renewal`'s next step in the schedule.
     fn file(&mut self, id: u64, renewal: &mut Renewal) {
-        file_in(&mut self.schedule, id, renewal);
+        file_in(&mut self.schedule, id, renewal, self.epoch);
     }
 
     fn remove(&mut self, id: u64) -> Option<Box<Renewal>> {
@@ -691,29 +702,21 @@ impl Book {
                 .all(|r| !matches!(r.next, Next::InFlight))
     }
 
-    /// Runs every step that is due at `now`: expiries, and the rounds due now or within their
-    /// coalescing window, grouped into batches of at most [`MAX_BATCH_KEYS`] keys.
+    /// Runs every step that is due at `now`: expiries, and the rounds, grouped into batches of
+    /// at most [`MAX_BATCH_KEYS`] keys.
     fn start_due(&mut self, now: Instant) -> Vec<Batch> {
-        if self.next_wake().is_none_or(|at| at > now) {
-            return Vec::new();
+        let mut due = Vec::new();
+        while self.schedule.first().is_some_and(|(at, _)| *at <= now) {
+            if let Some((_, id)) = self.schedule.pop_first() {
+                due.push(id);
+            }
         }
-        let horizon = now.checked_add(pacing::MAX_COALESCE).unwrap_or(now);
-        let candidates: Vec<u64> = self
-            .schedule
-            .range(..=(horizon, u64::MAX))
-            .map(|(_, id)| *id)
-            .collect();
         let mut requests = Vec::new();
-        for id in candidates {
+        for id in due {
             let Some(renewal) = self.locks.get_mut(&id) else {
                 continue;
             };
-            if renewal.due().is_none_or(|(_, early)| early > now) {
-                continue;
-            }
-            if let Some(at) = renewal.filed.take() {
-                self.schedule.remove(&(at, id));
-            }
+            renewal.filed = None;
             if let Next::Expire { .. } = renewal.next {
                 renewal.expire_now();
                 continue;
@@ -732,7 +735,7 @@ impl Book {
                         },
                     ));
                 }
-                None => file_in(&mut self.schedule, id, renewal),
+                None => file_in(&mut self.schedule, id, renewal, self.epoch),
             }
         }
         batches(requests)
@@ -747,15 +750,20 @@ impl Book {
             if matches!(renewal.next, Next::InFlight) {
                 let result = result.map(|deadline| renewal.holder.lock().extended(deadline, ttl));
                 renewal.finish_round(ttl, result);
-                file_in(&mut self.schedule, id, renewal);
+                file_in(&mut self.schedule, id, renewal, self.epoch);
             }
         }
     }
 }
 
 /// Files `renewal`'s next step (if it waits for one) in `schedule`, and remembers where.
-fn file_in(schedule: &mut BTreeSet<(Instant, u64)>, id: u64, renewal: &mut Renewal) {
-    renewal.filed = renewal.due().map(|(at, _)| at);
+fn file_in(
+    schedule: &mut BTreeSet<(Instant, u64)>,
+    id: u64,
+    renewal: &mut Renewal,
+    epoch: Instant,
+) {
+    renewal.filed = renewal.due(epoch);
     if let Some(at) = renewal.filed {
         schedule.insert((at, id));
     }
