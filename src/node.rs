@@ -56,6 +56,9 @@ pub(crate) struct Node {
     quit: std::sync::atomic::AtomicBool,
     /// What the connect loop knows: link, identity, latest cause of failure.
     pub(crate) state: Arc<State>,
+    /// Releases publish their token on each deleted key's channel (waiters listen; see
+    /// `subscriber`).
+    wake: bool,
 }
 
 impl std::fmt::Debug for Node {
@@ -186,6 +189,21 @@ impl Node {
             addr,
             owned: false,
             quit: Default::default(),
+            wake: false,
+        }
+    }
+
+    /// Makes releases publish a wake-up for waiters (`scripts::RELEASE_WAKE`).
+    pub(crate) fn set_wake(&mut self, on: bool) {
+        self.wake = on;
+    }
+
+    /// The configuration a subscriber connection to this node uses; `None` for a cluster node
+    /// (a script's PUBLISH there is broadcast to every shard: its waiters poll instead).
+    pub(crate) fn subscriber_config(&self) -> Option<Config> {
+        match &self.backend {
+            Backend::Server(client) => Some(client.client_config()),
+            Backend::Cluster(_) => None,
         }
     }
 
@@ -626,12 +644,17 @@ impl Node {
 
     async fn release_here(&self, held: &Held, timeout: Duration) -> Vote {
         let scripts = crate::scripts::Scripts::get();
+        let release = if self.wake {
+            &scripts.release_wake
+        } else {
+            &scripts.release
+        };
         // Sent even to a duplicate (it only deletes our own token), but a duplicate's answer
         // is never counted.
         let counts = self.state.counts();
         let vote = match self.slot_groups(&held.keys) {
             None => {
-                let reply = self.script(&scripts.release, held, None, timeout).await;
+                let reply = self.script(release, held, None, timeout).await;
                 reply::released(&self.name, reply, held.keys.len())
             }
             Some(groups) => {
@@ -639,7 +662,7 @@ impl Node {
                 all(futures::future::join_all(groups.iter().map(|g| {
                     let sub = held.subset(g);
                     async move {
-                        let reply = this.script(&scripts.release, &sub, None, timeout).await;
+                        let reply = this.script(release, &sub, None, timeout).await;
                         reply::released(&this.name, reply, sub.keys.len())
                     }
                 }))
