@@ -448,8 +448,8 @@ impl Redlock {
                         // timeout). Not covered in time: polling, as without wake-ups.
                         let bound = now.checked_add(self.inner.node_timeout(ttl)).unwrap_or(now);
                         let bound = give_up.map_or(bound, |g| g.min(bound));
+                        // (Not counted as waiting: the subscription's round trip is ours.)
                         let covered = w.until_covered(bound).await;
-                        waited += pauses(now.elapsed(), pause);
                         if covered {
                             tracing::trace!("subscribed; attempting again before waiting");
                             continue;
