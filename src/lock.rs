@@ -429,7 +429,9 @@ impl Redlock {
                         Some(t) => tokio::time::sleep_until(t).await,
                         None => tokio::time::sleep(pause).await,
                     }
-                    waited += pauses(now.elapsed(), pause);
+                    // One pause, as when polling (however late the timer fired on a busy
+                    // machine).
+                    waited += 1.0;
                     if give_up.is_some_and(|g| Instant::now() >= g) {
                         if let Some(failure) = last.take() {
                             return Err(self.failed(failure, resources, attempts, ttl));
@@ -468,13 +470,17 @@ impl Redlock {
             tracing::trace!(attempt = attempts, covered = w.covered(), "waiting");
             let mut coverage = w.coverage();
             let started = Instant::now();
+            // The pauses this wait counts for when its timer fires (a late timer on a busy
+            // machine does not eat the budget); a wake-up counts the time waited, at most that.
+            let mut planned;
             loop {
                 let factor = match (contended && w.covered(), w.is_head()) {
                     (true, true) => f64::from(FALLBACK_FACTOR),
                     (true, false) => f64::from(FALLBACK_FACTOR) * 4.0,
                     (false, _) => 1.0,
                 };
-                let timer = Duration::try_from_secs_f64(pause.as_secs_f64() * factor.min(left))
+                planned = factor.min(left);
+                let timer = Duration::try_from_secs_f64(pause.as_secs_f64() * planned)
                     .ok()
                     .and_then(|t| started.checked_add(t));
                 let until = match (timer, give_up) {
@@ -489,8 +495,12 @@ impl Redlock {
                 };
                 tokio::select! {
                     biased;
-                    () = w.woken() => break,
+                    () = w.woken() => {
+                        waited += pauses(started.elapsed(), pause).min(planned);
+                        break;
+                    }
                     () = timer => {
+                        waited += planned;
                         // No attempt starts after `wait` (but every call makes one).
                         if give_up.is_some_and(|g| Instant::now() >= g) {
                             if let Some(failure) = last.take() {
@@ -506,7 +516,6 @@ impl Redlock {
                     }
                 }
             }
-            waited += pauses(started.elapsed(), pause);
         }
     }
 

@@ -127,7 +127,11 @@ impl Probe {
     /// Installs the probe for this thread (use a current-thread runtime: every task runs here).
     fn install(&self) -> tracing::subscriber::DefaultGuard {
         let subscriber = tracing_subscriber::registry().with(self.clone());
-        tracing::subscriber::set_default(subscriber)
+        let guard = tracing::subscriber::set_default(subscriber);
+        // Other tests of this binary may have hit fredlock's callsites first, with no
+        // subscriber: make them ask again, or this probe may never see its events.
+        tracing::callsite::rebuild_interest_cache();
+        guard
     }
 }
 
