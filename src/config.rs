@@ -15,6 +15,7 @@ use crate::node::{Client, Node};
 use crate::quorum;
 pub use crate::redlock::Retry;
 use crate::redlock::{Inner, Redlock};
+use crate::subscriber::Subscribers;
 
 /// Default clock-drift factor (1% of the TTL, plus a fixed 2 ms).
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
@@ -52,6 +53,7 @@ pub struct Builder {
     connect_wait: Duration,
     require_quorum: bool,
     fencing_tokens: bool,
+    wake_on_release: bool,
 }
 
 impl fmt::Debug for Builder {
@@ -66,6 +68,7 @@ impl fmt::Debug for Builder {
             .field("connect_wait", &self.connect_wait)
             .field("require_quorum", &self.require_quorum)
             .field("fencing_tokens", &self.fencing_tokens)
+            .field("wake_on_release", &self.wake_on_release)
             .finish()
     }
 }
@@ -81,6 +84,7 @@ impl Default for Builder {
             connect_wait: DEFAULT_CONNECT_WAIT,
             require_quorum: false,
             fencing_tokens: false,
+            wake_on_release: true,
         }
     }
 }
@@ -200,6 +204,30 @@ impl Builder {
         self
     }
 
+    /// Wake waiting acquires when a lock is released, instead of only polling (default on).
+    ///
+    /// On: every release publishes its token on the lock key's channel (one more command inside
+    /// the release script, on each node where it deleted the key), and an acquire that has to
+    /// wait subscribes to that channel, through ONE subscriber connection per node per
+    /// `Redlock` (opened by the first acquire that waits), shared by all its waiters. A release
+    /// wakes ONE waiter per key in each `Redlock` that waits for it (the longest waiting: FIFO),
+    /// which retries at once; the N messages of one release (one per node) count as one
+    /// wake-up, and a new acquire that finds waiters of its own `Redlock` queued on the key
+    /// queues behind them. The timer becomes a fallback for what no message reports (a holder
+    /// that crashed and whose key expired, a message lost with its connection): see [`Retry`]
+    /// for its bound and for what `attempts` then means. Semaphore permits wake semaphore
+    /// waiters the same way. Redis Cluster nodes get no subscriber and publish nothing (a
+    /// script's PUBLISH is broadcast to the whole cluster): when too few nodes are single
+    /// servers for a wake-up to be reliable, waiters poll.
+    ///
+    /// Off: releases publish nothing, waiters poll at the [`Retry`] pace, no extra connection.
+    /// Use one setting for every client of a resource: a release by a client with it off wakes
+    /// nobody (waiters notice it on their fallback timer).
+    pub fn wake_on_release(mut self, on: bool) -> Self {
+        self.wake_on_release = on;
+        self
+    }
+
     /// Validates everything, creates one fred client per node and starts connecting.
     ///
     /// Returns once a quorum of nodes is connected or after `connect_wait`, whichever comes first:
@@ -243,6 +271,16 @@ impl Builder {
                 return Err(duplicate(first, &nodes[first], index, &node, String::new()));
             }
             nodes.push(node);
+        }
+        let wake = if self.wake_on_release {
+            Subscribers::new(&nodes, quorum::quorum(nodes.len()))
+        } else {
+            None
+        };
+        if let Some(wake) = &wake {
+            for (i, node) in nodes.iter_mut().enumerate() {
+                node.set_wake(wake.listens_to(i));
+            }
         }
         let nodes: Vec<Arc<Node>> = nodes.into_iter().map(Arc::new).collect();
         for node in &nodes {
@@ -291,6 +329,7 @@ impl Builder {
             fencing: self.fencing_tokens,
             background: Default::default(),
             renewer: Default::default(),
+            wake,
         }))
     }
 }

@@ -44,7 +44,9 @@
 //!    its KEYS/ARGV contract), `connection` (one node's connect loop, its latest cause of failure
 //!    in the server's words, the server's `run_id` so one server never votes twice), `reply`
 //!    (every reply decoded into a vote, a slot, counters or a holder, or a typed error; pure),
-//!    `slots` (Redis Cluster hash slots and how derived keys share their lock's slot; pure).
+//!    `slots` (Redis Cluster hash slots and how derived keys share their lock's slot; pure),
+//!    `waiters` (the waiting acquires of a Redlock and which one a release wakes: FIFO, one per
+//!    release, the N per-node messages of a release de-duplicated; pure bookkeeping).
 //! 2. `cluster`: a node that is a Redis Cluster: its slot table, one fred client per shard,
 //!    `MOVED`/`ASK` redirects followed without ever replaying a command of unknown outcome.
 //! 3. `node` (one Redis node: one fred client or a cluster's shards, per-command options, each
@@ -53,7 +55,8 @@
 //! 4. `background`: work that outlives its call: drop-path releases, release retries, and the
 //!    count [`Redlock::close`] waits for; generic over the Redlock above it. `pacing`:
 //!    [`KeepAliveOptions`] and the schedule and budget arithmetic they drive (when to extend,
-//!    for how long, when to give up; pure).
+//!    for how long, when to give up; pure). `subscriber`: one subscriber connection per node,
+//!    started by the first acquire that waits, feeding release messages to `waiters`.
 //! 5. `redlock`: the rounds: one acquire attempt, extend, release; [`Redlock`] and its shared state.
 //! 6. `lock` ([`Lock`] and the acquire retry loop that hands it out), `inspect` ([`Redlock::inspect`]).
 //! 7. `renewal`: who extends a kept-alive lock and when: the per-lock cycle (schedule, budget,
@@ -89,6 +92,8 @@ mod reply;
 mod scripts;
 mod semaphore;
 mod slots;
+mod subscriber;
+mod waiters;
 mod with_lock;
 
 pub use config::{Builder, Retry};
@@ -100,7 +105,7 @@ pub use error::{
 pub use inspect::{Holder, Inspection, NodeView};
 pub use keepalive::{KeepAlive, KeepAliveOptions, LockHandle, Rejected};
 pub use lock::{Lock, ReleaseReport};
-pub use redlock::{Redlock, Resources};
+pub use redlock::{Redlock, Resources, FALLBACK_FACTOR};
 pub use semaphore::{Permit, Semaphore, SemaphoreInspection, MAX_PERMITS};
 pub use with_lock::{OnLost, WithLock};
 

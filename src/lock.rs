@@ -14,7 +14,10 @@ use tracing::Instrument;
 use crate::error::{Error, Names, Result, Votes};
 use crate::node::Held;
 use crate::quorum::{self, Outcome};
-use crate::redlock::{random_up_to, spawn_release, Failure, Grant, Redlock, Resources, Retry};
+use crate::redlock::{
+    random_up_to, spawn_release, Failure, Grant, Redlock, Resources, Retry, FALLBACK_FACTOR,
+};
+use crate::waiters::Waiter;
 
 /// A lock held on a quorum of nodes until [`deadline`](Lock::deadline).
 ///
@@ -323,7 +326,7 @@ impl Redlock {
             Ok(Lock::from_grant(self.clone(), grant, req.ttl))
         };
         let lock = self
-            .with_retries(retry, wait, &req.resources, ttl, attempt)
+            .with_retries(retry, wait, &req.resources, &req.keys, ttl, attempt)
             .instrument(span.clone())
             .await?;
         span.record("remaining_ms", lock.remaining().as_millis() as u64);
@@ -332,13 +335,29 @@ impl Redlock {
 
     /// The retry loop of every acquire: runs `attempt` until it succeeds, or `retry.attempts`
     /// attempts failed (without `wait`), or the next attempt would start after `wait` (with it;
-    /// a wait too large for the clock is no limit). Pauses `delay + random(0..=jitter)` between
-    /// attempts; a rejected request ends it at once.
+    /// a wait too large for the clock is no limit). A rejected request ends it at once.
+    ///
+    /// Without wake-ups it pauses `delay + random(0..=jitter)` between attempts. With them (see
+    /// [`Builder::wake_on_release`](crate::Builder::wake_on_release)):
+    /// - a call that finds waiters of this Redlock already queued on all its `channels` (the
+    ///   lock keys; a semaphore's slot keys) queues behind them without attempting: the lock is
+    ///   held or being handed to the first of them, so an attempt would only cost commands and
+    ///   barge ahead of older waiters;
+    /// - otherwise, after its first attempt that met a holder it registers on `channels`, and
+    ///   its last attempt before any wait starts after those channels were subscribed (before
+    ///   that, failures of nodes or validity pause as without wake-ups);
+    /// - it waits for a wake-up or the timer: one retry pause while the subscriptions are not
+    ///   confirmed on enough nodes or the last attempt failed for another reason than a holder
+    ///   (nodes down, validity used up), else [`FALLBACK_FACTOR`] pauses for the
+    ///   longest-waiting waiter of a key and four times that for the others (the first notices
+    ///   an expired holder, and its release wakes the next). Without `wait`, `retry.attempts`
+    ///   is then a budget of waiting time (see [`Retry`]).
     pub(crate) async fn with_retries<T, F, Fut>(
         &self,
         retry: Retry,
         wait: Option<Duration>,
         resources: &[String],
+        channels: &[String],
         ttl: Duration,
         mut attempt: F,
     ) -> Result<T>
@@ -347,44 +366,213 @@ impl Redlock {
         Fut: std::future::Future<Output = std::result::Result<T, Failure>>,
     {
         let give_up = wait.and_then(|w| Instant::now().checked_add(w));
-        let mut attempts: u32 = 0;
-        loop {
-            attempts = attempts.saturating_add(1);
-            let failure = match attempt().await {
-                Ok(value) => {
-                    tracing::Span::current().record("attempt", attempts);
-                    tracing::debug!("acquired");
-                    return Ok(value);
-                }
-                Err(Failure::Rejected(e)) => return Err(e.into()),
-                Err(failure) => failure,
-            };
-            let pause = retry.delay + random_up_to(retry.jitter);
-            let out_of_time =
-                give_up.is_some_and(|g| Instant::now().checked_add(pause).is_none_or(|t| t >= g));
-            let out_of_attempts = wait.is_none() && attempts >= retry.attempts;
-            if out_of_attempts || out_of_time {
-                tracing::Span::current().record("attempt", attempts);
-                let resources = Names(resources.to_vec());
-                return Err(match failure {
-                    Failure::Contended(votes) => Error::Contended {
-                        resources,
-                        attempts,
-                        votes,
-                    },
-                    Failure::Unavailable(votes) => {
-                        self.inner.unavailable(resources, attempts, votes)
-                    }
-                    Failure::Expired(elapsed) => Error::ValidityExpired {
-                        resources,
-                        attempts,
-                        elapsed,
-                        ttl,
-                    },
-                    Failure::Rejected(e) => e.into(),
-                });
-            }
-            tokio::time::sleep(pause).await;
+        // Wake-ups only for a call that may wait at all (never for `try_acquire`).
+        let may_wait = wait.map_or(retry.attempts > 1, |w| !w.is_zero());
+        let wake = self.inner.wake.as_ref().filter(|_| may_wait);
+        // What the first attempt can rely on: channels already subscribed (by other waiters of
+        // this Redlock) save the re-attempt after registering.
+        let snapshot = wake
+            .map(|w| w.registry().snapshot(channels))
+            .unwrap_or_default();
+        let mut waiter: Option<Waiter> = None;
+        // Queue behind this Redlock's waiters instead of attempting first: nothing is lost, a
+        // release from now on wakes one of the queue (FIFO, this call last).
+        let mut queued = false;
+        if let Some(wake) = wake.filter(|w| w.registry().queued(channels)) {
+            waiter = Some(wake.registry().register(channels, &snapshot).0);
+            queued = true;
+            tracing::trace!("queued behind earlier waiters");
         }
+        // With wake-ups and no `wait`: the time waited so far, in retry pauses.
+        let mut waited = 0.0_f64;
+        let budget = f64::from(retry.attempts.saturating_sub(1));
+        let mut attempts: u32 = 0;
+        let mut last: Option<Failure> = None;
+        // The last attempt met a holder (only then can a release be awaited; after a failure
+        // of nodes or validity, the retry pace applies as without wake-ups).
+        let mut contended = true;
+        let mut pause = retry.delay + random_up_to(retry.jitter);
+        loop {
+            // Attempt, unless this call queued behind others and has not been woken yet.
+            if !std::mem::take(&mut queued) {
+                attempts = attempts.saturating_add(1);
+                if let Some(w) = &waiter {
+                    w.begin_attempt();
+                }
+                let failure = match attempt().await {
+                    Ok(value) => {
+                        if let Some(w) = waiter.take() {
+                            w.acquired();
+                        }
+                        tracing::Span::current().record("attempt", attempts);
+                        tracing::debug!("acquired");
+                        return Ok(value);
+                    }
+                    Err(Failure::Rejected(e)) => return Err(e.into()),
+                    Err(failure) => failure,
+                };
+                if let Some(w) = &waiter {
+                    w.end_attempt();
+                }
+                tracing::trace!(attempt = attempts, "attempt failed");
+                pause = retry.delay + random_up_to(retry.jitter);
+                let now = Instant::now();
+                let Some(wake) = wake else {
+                    let out_of_time =
+                        give_up.is_some_and(|g| now.checked_add(pause).is_none_or(|t| t >= g));
+                    let out_of_attempts = wait.is_none() && attempts >= retry.attempts;
+                    if out_of_attempts || out_of_time {
+                        return Err(self.failed(failure, resources, attempts, ttl));
+                    }
+                    tokio::time::sleep(pause).await;
+                    continue;
+                };
+                // Pauses of budget left (without `wait`; no such limit with it).
+                let left = if wait.is_none() {
+                    budget - waited
+                } else {
+                    f64::INFINITY
+                };
+                if left <= 0.0 || give_up.is_some_and(|g| now >= g) {
+                    return Err(self.failed(failure, resources, attempts, ttl));
+                }
+                contended = matches!(failure, Failure::Contended(_));
+                last = Some(failure);
+                if waiter.is_none() && !contended {
+                    // Nodes failed or the validity ran out: no holder to wait for (no reason
+                    // to subscribe), so the retry pace, as without wake-ups.
+                    let until = now.checked_add(pause);
+                    let until = match (until, give_up) {
+                        (Some(t), Some(g)) => Some(t.min(g)),
+                        (t, g) => t.or(g),
+                    };
+                    match until {
+                        Some(t) => tokio::time::sleep_until(t).await,
+                        None => tokio::time::sleep(pause).await,
+                    }
+                    // One pause, as when polling (however late the timer fired on a busy
+                    // machine).
+                    waited += 1.0;
+                    if give_up.is_some_and(|g| Instant::now() >= g) {
+                        if let Some(failure) = last.take() {
+                            return Err(self.failed(failure, resources, attempts, ttl));
+                        }
+                    }
+                    continue;
+                }
+                if waiter.is_none() {
+                    wake.start();
+                    let (w, fresh) = wake.registry().register(channels, &snapshot);
+                    let w = waiter.insert(w);
+                    if !fresh {
+                        // A release may have landed between the failed attempt and the
+                        // subscription, and published to nobody: once subscribed, attempt
+                        // again before waiting (the classic bug this avoids sleeps a full
+                        // timeout). Not covered in time: polling, as without wake-ups.
+                        let bound = now.checked_add(self.inner.node_timeout(ttl)).unwrap_or(now);
+                        let bound = give_up.map_or(bound, |g| g.min(bound));
+                        // (Not counted as waiting: the subscription's round trip is ours.)
+                        let covered = w.until_covered(bound).await;
+                        if covered {
+                            tracing::trace!("subscribed; attempting again before waiting");
+                            continue;
+                        }
+                    }
+                }
+            }
+            let Some(w) = &waiter else {
+                continue;
+            };
+            let left = if wait.is_none() {
+                (budget - waited).max(0.0)
+            } else {
+                f64::INFINITY
+            };
+            tracing::trace!(attempt = attempts, covered = w.covered(), "waiting");
+            let mut coverage = w.coverage();
+            let started = Instant::now();
+            // The pauses this wait counts for when its timer fires (a late timer on a busy
+            // machine does not eat the budget); a wake-up counts the time waited, at most that.
+            let mut planned;
+            loop {
+                let factor = match (contended && w.covered(), w.is_head()) {
+                    (true, true) => f64::from(FALLBACK_FACTOR),
+                    (true, false) => f64::from(FALLBACK_FACTOR) * 4.0,
+                    (false, _) => 1.0,
+                };
+                planned = factor.min(left);
+                let timer = Duration::try_from_secs_f64(pause.as_secs_f64() * planned)
+                    .ok()
+                    .and_then(|t| started.checked_add(t));
+                let until = match (timer, give_up) {
+                    (Some(t), Some(g)) => Some(t.min(g)),
+                    (t, g) => t.or(g),
+                };
+                let timer = async {
+                    match until {
+                        Some(t) => tokio::time::sleep_until(t).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    () = w.woken() => {
+                        waited += pauses(started.elapsed(), pause).min(planned);
+                        break;
+                    }
+                    () = timer => {
+                        waited += planned;
+                        // No attempt starts after `wait` (but every call makes one).
+                        if give_up.is_some_and(|g| Instant::now() >= g) {
+                            if let Some(failure) = last.take() {
+                                return Err(self.failed(failure, resources, attempts, ttl));
+                            }
+                        }
+                        break;
+                    }
+                    changed = coverage.changed() => {
+                        if changed.is_err() {
+                            coverage = w.coverage();
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The error for an acquire that gave up after `attempts` attempts, the last one `failure`.
+    fn failed(
+        &self,
+        failure: Failure,
+        resources: &[String],
+        attempts: u32,
+        ttl: Duration,
+    ) -> Error {
+        tracing::Span::current().record("attempt", attempts);
+        let resources = Names(resources.to_vec());
+        match failure {
+            Failure::Contended(votes) => Error::Contended {
+                resources,
+                attempts,
+                votes,
+            },
+            Failure::Unavailable(votes) => self.inner.unavailable(resources, attempts, votes),
+            Failure::Expired(elapsed) => Error::ValidityExpired {
+                resources,
+                attempts,
+                elapsed,
+                ttl,
+            },
+            Failure::Rejected(e) => e.into(),
+        }
+    }
+}
+
+/// How many retry pauses `elapsed` is (a zero pause counts each wait as one).
+fn pauses(elapsed: Duration, pause: Duration) -> f64 {
+    if pause.is_zero() {
+        1.0
+    } else {
+        elapsed.as_secs_f64() / pause.as_secs_f64()
     }
 }

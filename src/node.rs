@@ -56,6 +56,9 @@ pub(crate) struct Node {
     quit: std::sync::atomic::AtomicBool,
     /// What the connect loop knows: link, identity, latest cause of failure.
     pub(crate) state: Arc<State>,
+    /// Releases publish their token on each deleted key's channel (waiters listen; see
+    /// `subscriber`).
+    wake: bool,
 }
 
 impl std::fmt::Debug for Node {
@@ -198,6 +201,21 @@ impl Node {
             addr,
             owned: false,
             quit: Default::default(),
+            wake: false,
+        }
+    }
+
+    /// Makes releases publish a wake-up for waiters (`scripts::RELEASE_WAKE`).
+    pub(crate) fn set_wake(&mut self, on: bool) {
+        self.wake = on;
+    }
+
+    /// The configuration a subscriber connection to this node uses; `None` for a cluster node
+    /// (a script's PUBLISH there is broadcast to every shard: its waiters poll instead).
+    pub(crate) fn subscriber_config(&self) -> Option<Config> {
+        match &self.backend {
+            Backend::Server(client) => Some(client.client_config()),
+            Backend::Cluster(_) => None,
         }
     }
 
@@ -315,16 +333,20 @@ impl Node {
     /// The release script over `held`'s keys; on a cluster node, a redirected resend waits for
     /// this token's acquire (see `Shards::call`).
     async fn release_script(&self, held: &Held, timeout: Duration) -> Result<Value, NodeError> {
-        let Backend::Cluster(shards) = &self.backend else {
-            let scripts = crate::scripts::Scripts::get();
-            return self.script(&scripts.release, held, None, timeout).await;
-        };
         let scripts = crate::scripts::Scripts::get();
+        let release = if self.wake {
+            &scripts.release_wake
+        } else {
+            &scripts.release
+        };
+        let Backend::Cluster(shards) = &self.backend else {
+            return self.script(release, held, None, timeout).await;
+        };
         let Some(first) = held.keys.first() else {
             return Ok(Value::Integer(0));
         };
         let mut args = Vec::with_capacity(held.keys.len() + 3);
-        args.push(Value::from(scripts.release.body));
+        args.push(Value::from(release.body));
         args.push(Value::Integer(held.keys.len() as i64));
         args.extend(held.keys.iter().map(|k| Value::from(k.as_str())));
         args.push(Value::from(held.token.as_str()));

@@ -18,6 +18,7 @@ use crate::node::{Acquired, Extension, Held, Node};
 use crate::quorum::{
     self, each_known, fan_out, item_votes, quorum_known, votes, AsVote, Late, Outcome,
 };
+use crate::subscriber::Subscribers;
 
 /// A Redlock over N independent Redis nodes. Cheap to clone (one `Arc`); share it freely
 /// across tasks.
@@ -40,6 +41,9 @@ pub(crate) struct Inner {
     pub(crate) background: Background,
     /// The keep-alive renewer of this Redlock (a handle the `renewal` layer above keeps here).
     pub(crate) renewer: Slot,
+    /// Wake-ups on release: the subscriber connections and the waiters' registry (`None`: off,
+    /// or too few nodes can have a subscriber; waiters poll).
+    pub(crate) wake: Option<Subscribers>,
 }
 
 /// A value that a higher layer keeps per Redlock (the keep-alive renewer's handle), stored
@@ -81,6 +85,10 @@ pub(crate) struct ExtendRequest {
     pub(crate) deadline: Instant,
 }
 
+/// With wake-ups and confirmed subscriptions, the fallback timer of a waiting acquire is this
+/// many retry pauses (see [`Retry`]).
+pub const FALLBACK_FACTOR: u32 = 4;
+
 /// Resource names starting with this are fredlock's own (fencing counters, semaphore slots):
 /// a caller's name may not start with it, so no lock key can collide with one of them.
 pub(crate) const RESERVED: &str = "~";
@@ -89,6 +97,23 @@ pub(crate) const RESERVED: &str = "~";
 ///
 /// Between attempts it sleeps `delay` plus a uniformly random extra of up to `jitter`, so that
 /// contenders spread out instead of colliding again. There is no sleep after the last attempt.
+///
+/// **With wake-ups** ([`Builder::wake_on_release`](crate::Builder::wake_on_release), on by
+/// default) a waiting acquire retries as soon as a release wakes it, and the timer is only a
+/// fallback for what sends no message: a holder that crashed (its key expires), a message lost
+/// with its connection, a release by a client with wake-ups off. While its keys' channels are
+/// subscribed on enough nodes (`nodes - quorum + 1`, so that a release that frees a key on a
+/// quorum publishes on at least one of them), the longest-waiting waiter of a key in a
+/// `Redlock` polls every [`FALLBACK_FACTOR`] (4) pauses, `4 × (delay + random(0..=jitter))`, and
+/// the others every 16 (the first one's acquisition and release wake the next). Polling at the
+/// retry pace would cost every waiter one command per node per pause for nothing; 4 pauses still
+/// notice an expired holder's key within `4 × (delay + jitter)` of its expiry (16 × when the
+/// first waiter had just left). Otherwise (a subscriber down, too few nodes confirmed, or an
+/// attempt that failed for nodes or validity rather than a holder) the timer is the plain
+/// pause. `attempts` is then a budget of waiting TIME rather than a count: an acquire gives up
+/// once it has waited `attempts - 1` pauses, however the waits ended, so it waits about as long
+/// as with polling; attempts made when woken come on top. `acquire_with`'s `wait` bounds it as
+/// before (no attempt starts after it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retry {
     /// Every attempt counts, the first included: 1 = a single try. Must be at least 1.
@@ -176,7 +201,7 @@ impl<T: AsRef<str>> Resources for Vec<T> {
 /// A validated acquire request: the same for every attempt of one call.
 pub(crate) struct Request {
     pub(crate) resources: Vec<String>,
-    keys: Vec<String>,
+    pub(crate) keys: Vec<String>,
     /// With fencing: each key's counter; empty otherwise.
     fence_keys: Vec<String>,
     pub(crate) ttl: Duration,
@@ -266,6 +291,9 @@ impl Redlock {
     pub async fn close(&self) {
         self.inner.background.wait_idle().await;
         self.inner.background.close();
+        if let Some(wake) = &self.inner.wake {
+            wake.close().await;
+        }
         let quits = self.inner.nodes.iter().map(|n| n.close());
         futures::future::join_all(quits).await;
     }
@@ -469,6 +497,12 @@ impl Inner {
         targets: impl Iterator<Item = usize>,
         ttl: Duration,
     ) {
+        // Clean-ups of our own failed attempts: their messages must wake none of this Redlock's
+        // waiters (the lock is held elsewhere, and a waiter would wake itself with its own
+        // clean-up, retrying in a tight loop). Other processes still hear them.
+        if let Some(wake) = &self.wake {
+            wake.own_cleanup(&held.token);
+        }
         let votes = self.release_round(held, targets.collect(), |_| true).await;
         background::retry_failed(self, held, &votes, ttl);
     }
@@ -504,10 +538,27 @@ impl Inner {
     /// Releases on every node, deciding as soon as the outcome is known. Nodes whose release failed
     /// are retried in the background (see [`background::retry_release`]): a release can fail at
     /// once while a late SET of the same lock still waits in fred's queue for that node.
+    ///
+    /// With wake-ups, a waiter of this Redlock is woken as soon as the release is handed to the
+    /// nodes' connections: its SETs queue behind the release on each connection, so they land
+    /// after it, and the hand-over costs no message round trip. (Only here, for a lock that was
+    /// held: a failed attempt's clean-up often deletes nothing, and the nodes' messages name
+    /// only keys really deleted. Multi-key locks wait for those messages too.)
     pub(crate) async fn release_all(self: &Arc<Self>, held: &Arc<Held>, ttl: Duration) -> Votes {
-        let votes = self
-            .release_round(held, (0..self.nodes.len()).collect(), quorum_known)
-            .await;
+        let round = self.release_round(held, (0..self.nodes.len()).collect(), quorum_known);
+        let votes = match (&self.wake, held.keys.as_slice()) {
+            (Some(wake), [key]) => {
+                let mut round = std::pin::pin!(round);
+                // The first poll hands the release to every node's connection.
+                let first = futures::poll!(round.as_mut());
+                wake.released(key, &held.token);
+                match first {
+                    std::task::Poll::Ready(votes) => votes,
+                    std::task::Poll::Pending => round.await,
+                }
+            }
+            _ => round.await,
+        };
         background::retry_failed(self, held, &votes, ttl);
         votes
     }

@@ -86,6 +86,23 @@ end
 return n
 "#;
 
+/// Release and wake: RELEASE, plus a `PUBLISH key token` for each key deleted, so that waiting
+/// acquires subscribed to the key's channel retry at once (see `subscriber` and `waiters`).
+/// The channel is the lock key itself: in fredlock's key namespace, and in the key's own slot.
+/// KEYS: the lock keys. ARGV[1]: token. Reply: the number of keys deleted (0 .. #KEYS).
+/// EVAL-only like RELEASE, for the same reason.
+const RELEASE_WAKE: &str = r#"
+local n = 0
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then
+    redis.call('DEL', key)
+    redis.call('PUBLISH', key, ARGV[1])
+    n = n + 1
+  end
+end
+return n
+"#;
+
 /// Inspect one key atomically.
 /// KEYS[1]: the lock key. Reply: `[value or nil, pttl]` (pttl -2 = no key, -1 = no expiry).
 const INSPECT: &str = r#"
@@ -212,6 +229,7 @@ pub(crate) struct Scripts {
     pub(crate) acquire_many: Script,
     pub(crate) extend: Script,
     pub(crate) release: Script,
+    pub(crate) release_wake: Script,
     pub(crate) inspect: Script,
     pub(crate) acquire_fenced: Script,
     pub(crate) fence_raise: Script,
@@ -227,6 +245,7 @@ impl Scripts {
             acquire_many: Script::eval_only(ACQUIRE_MANY),
             extend: Script::new(EXTEND),
             release: Script::eval_only(RELEASE),
+            release_wake: Script::eval_only(RELEASE_WAKE),
             inspect: Script::new(INSPECT),
             // Acquires are EVAL-only, for the reason given at the top of this file.
             acquire_fenced: Script::eval_only(ACQUIRE_FENCED),

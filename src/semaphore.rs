@@ -181,8 +181,13 @@ impl Semaphore {
         let name = [self.name.clone()];
         let span = tracing::debug_span!("fredlock.semaphore", name = %self.name, permits = self.permits, attempt = tracing::field::Empty);
         let attempt = || self.attempt(ttl, req.ttl_ms, req.validity, req.timeout);
+        // A waiter is woken by the release of any slot.
+        let slots: Vec<String> = (0..self.permits)
+            .map(|i| self.redlock.key(&self.slot_resource(i)))
+            .collect();
         tracing::Instrument::instrument(
-            self.redlock.with_retries(retry, wait, &name, ttl, attempt),
+            self.redlock
+                .with_retries(retry, wait, &name, &slots, ttl, attempt),
             span,
         )
         .await

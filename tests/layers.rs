@@ -7,10 +7,17 @@ use std::collections::BTreeMap;
 /// Bottom to top; modules on one line share a layer and do not refer to each other.
 const LAYERS: &[&[&str]] = &[
     &["error"],
-    &["endpoint", "scripts", "connection", "reply", "slots"],
+    &[
+        "endpoint",
+        "scripts",
+        "connection",
+        "reply",
+        "slots",
+        "waiters",
+    ],
     &["cluster"],
     &["node", "quorum"],
-    &["background", "pacing"],
+    &["background", "pacing", "subscriber"],
     &["redlock"],
     &["lock", "inspect"],
     &["renewal"],
