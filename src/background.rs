@@ -134,6 +134,48 @@ pub(crate) fn spawn_release<R: Releaser>(
     }
 }
 
+/// Finishes, in a task, the releases of a clean-up that were still running when it returned,
+/// then retries the nodes where any of them failed (see [`retry_release`]); `failed` are the
+/// nodes whose release already failed.
+///
+/// Why the answers matter: a release can fail AFTER it was handed to the connection (the
+/// connection reset, or on a Redis Cluster node a shard moved or failed), while the `SET` it
+/// cleans up after had already created the key. Dropping the answer would leave that key for
+/// its full TTL.
+pub(crate) fn finish_release<R, F>(
+    inner: &Arc<R>,
+    held: &Arc<Held>,
+    mut failed: Vec<usize>,
+    late: Vec<(usize, F)>,
+    ttl: Duration,
+) where
+    R: Releaser,
+    F: Future<Output = Vote> + Send + 'static,
+{
+    if failed.is_empty() && late.is_empty() {
+        return;
+    }
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let until = retry_until(&**inner, ttl);
+    let (inner, held) = (inner.clone(), held.clone());
+    rt.spawn(async move {
+        let answers = futures::future::join_all(
+            late.into_iter()
+                .map(|(i, call)| async move { (i, call.await) }),
+        )
+        .await;
+        failed.extend(
+            answers
+                .into_iter()
+                .filter(|(_, v)| is_failed(v))
+                .map(|(i, _)| i),
+        );
+        retry_release(inner, held, failed, until).await;
+    });
+}
+
 /// Retries, in a task, the release on the nodes where it failed (see [`retry_release`]).
 pub(crate) fn retry_failed<R: Releaser>(
     inner: &Arc<R>,
@@ -163,9 +205,13 @@ fn retry_until<R: Releaser>(inner: &R, ttl: Duration) -> Instant {
 /// Nodes whose release failed (an error or a timeout), and so may still hold the keys. A
 /// duplicate's answer never counts: it is left out.
 fn failed_nodes(votes: &[Vote]) -> Vec<usize> {
-    (0..votes.len())
-        .filter(|&i| matches!(&votes[i], Vote::Failed(e) if e.kind != NodeErrorKind::Duplicate))
-        .collect()
+    (0..votes.len()).filter(|&i| is_failed(&votes[i])).collect()
+}
+
+/// A release answer that may have left the keys: an error or a timeout (a duplicate's answer
+/// never counts).
+pub(crate) fn is_failed(vote: &Vote) -> bool {
+    matches!(vote, Vote::Failed(e) if e.kind != NodeErrorKind::Duplicate)
 }
 
 /// Retries a release on `nodes` until each gives an answer, `until` passes or the Redlock is

@@ -38,14 +38,35 @@ use crate::slots;
 /// Redirects followed for one command before giving up (a resharding moves a slot once).
 pub(crate) const MAX_REDIRECTS: usize = 5;
 
+tokio::task_local! {
+    /// The token whose keys the commands sent from this future may create (see [`creating`]).
+    static CREATES: Arc<str>;
+}
+
+/// Runs `f`, an acquire on a cluster node, so that its commands record where they were sent:
+/// a release of the same token can then tell whether the connection's order covers it
+/// ([`Shards::call`]).
+pub(crate) async fn creating<F: std::future::Future>(token: &str, f: F) -> F::Output {
+    CREATES.scope(Arc::from(token), f).await
+}
+
+/// The key-creating work of one token on this node (see [`Shards::begin`]).
+#[derive(Default)]
+struct Running {
+    /// Live [`Inflight`] guards.
+    guards: usize,
+    /// Each key-creating command sent so far, by id: the shard whose connection has it queued,
+    /// or `None` while it waits for a connection or follows a redirect.
+    placed: Vec<(u64, Option<String>)>,
+    settled: Arc<Notify>,
+}
+
 /// One shard primary.
 struct Shard {
     /// `host:port`, as the cluster names it.
     addr: String,
     client: Client,
     state: Arc<State>,
-    /// Commands waiting for this shard's first connection (they wake in no fixed order).
-    waiting: std::sync::atomic::AtomicUsize,
 }
 
 /// The slot table: ranges from `CLUSTER SLOTS`, and single slots a `MOVED` moved since.
@@ -90,7 +111,9 @@ pub(crate) struct Shards {
     /// The node's state (link, identity, cause), shared with `node`.
     state: Arc<State>,
     /// Commands that may create keys, by token, still running (see [`Shards::settled`]).
-    inflight: Mutex<HashMap<String, (usize, Arc<Notify>)>>,
+    inflight: Mutex<HashMap<String, Running>>,
+    /// Ids of key-creating commands ([`Running::placed`]).
+    next_id: std::sync::atomic::AtomicU64,
 }
 
 /// Marks a key-creating command of one token as running until dropped.
@@ -102,12 +125,39 @@ pub(crate) struct Inflight<'a> {
 impl Drop for Inflight<'_> {
     fn drop(&mut self) {
         let mut map = self.shards.lock_inflight();
-        if let Some((count, notify)) = map.get_mut(&self.token) {
-            *count -= 1;
-            if *count == 0 {
-                notify.notify_waiters();
+        if let Some(running) = map.get_mut(&self.token) {
+            running.guards -= 1;
+            if running.guards == 0 {
+                running.settled.notify_waiters();
                 map.remove(&self.token);
             }
+        }
+    }
+}
+
+/// Where one key-creating command is queued, while it runs (see [`Running::placed`]).
+struct Placement<'a> {
+    shards: &'a Shards,
+    token: Arc<str>,
+    id: u64,
+}
+
+impl Placement<'_> {
+    fn at(&self, shard: Option<&str>) {
+        let mut map = self.shards.lock_inflight();
+        if let Some(running) = map.get_mut(&*self.token) {
+            if let Some(entry) = running.placed.iter_mut().find(|(id, _)| *id == self.id) {
+                entry.1 = shard.map(str::to_string);
+            }
+        }
+    }
+}
+
+impl Drop for Placement<'_> {
+    fn drop(&mut self) {
+        let mut map = self.shards.lock_inflight();
+        if let Some(running) = map.get_mut(&*self.token) {
+            running.placed.retain(|(id, _)| *id != self.id);
         }
     }
 }
@@ -132,10 +182,11 @@ impl Shards {
             refresh: Notify::new(),
             state,
             inflight: Mutex::new(HashMap::new()),
+            next_id: Default::default(),
         }
     }
 
-    fn lock_inflight(&self) -> std::sync::MutexGuard<'_, HashMap<String, (usize, Arc<Notify>)>> {
+    fn lock_inflight(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
         self.inflight.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -144,9 +195,7 @@ impl Shards {
     /// was sent later), so a release first waits for these ([`settled`](Self::settled)).
     pub(crate) fn begin(&self, token: &str) -> Inflight<'_> {
         let mut map = self.lock_inflight();
-        map.entry(token.to_string())
-            .or_insert_with(|| (0, Arc::new(Notify::new())))
-            .0 += 1;
+        map.entry(token.to_string()).or_default().guards += 1;
         Inflight {
             shards: self,
             token: token.to_string(),
@@ -158,7 +207,8 @@ impl Shards {
     pub(crate) async fn settled(&self, token: &str, within: Duration) {
         let _ = tokio::time::timeout(within, async {
             loop {
-                let Some(notify) = self.lock_inflight().get(token).map(|(_, n)| n.clone()) else {
+                let Some(notify) = self.lock_inflight().get(token).map(|r| r.settled.clone())
+                else {
                     return;
                 };
                 let notified = notify.notified();
@@ -171,6 +221,36 @@ impl Shards {
             }
         })
         .await;
+    }
+
+    /// Registers a key-creating command of `token` (not placed yet); `None` when the token has
+    /// no [`Inflight`] guard here (nothing waits on it).
+    fn place(&self, token: Arc<str>) -> Option<Placement<'_>> {
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut map = self.lock_inflight();
+        map.get_mut(&*token)?.placed.push((id, None));
+        Some(Placement {
+            shards: self,
+            token,
+            id,
+        })
+    }
+
+    /// Whether a command sent now to `shard` lands after every key-creating command of
+    /// `token`: none is running, or each is queued on that shard's connection already.
+    fn behind(&self, token: &str, shard: &str) -> bool {
+        match self.lock_inflight().get(token) {
+            None => true,
+            Some(running) => {
+                !running.placed.is_empty()
+                    && running
+                        .placed
+                        .iter()
+                        .all(|(_, at)| at.as_deref() == Some(shard))
+            }
+        }
     }
 
     /// Starts the topology loop: reads the slot table (retrying with backoff until a seed
@@ -287,7 +367,6 @@ impl Shards {
             addr: addr.to_string(),
             client,
             state,
-            waiting: Default::default(),
         });
         shards.insert(addr.to_string(), shard.clone());
         Ok(shard)
@@ -354,10 +433,12 @@ impl Shards {
     /// One command on the shard that owns `key`'s slot, following redirects. `args` are the
     /// command's arguments (the key among them); `timeout` bounds the whole exchange.
     ///
-    /// `after`: a token whose key-creating commands must land first (a release). The first send
-    /// follows them on the same connection; but if this command is redirected, so was (or will
-    /// be) a `SET` of that token sent before it, and their resends race: the resend then waits
-    /// until that token's commands have settled ([`settled`](Self::settled)).
+    /// `after`: a token whose key-creating commands must land first (a release). A send goes
+    /// out at once when each of them is queued on the same shard connection (one connection
+    /// keeps order), and otherwise waits until they have settled ([`settled`](Self::settled)):
+    /// a `SET` redirected, or sent to the old owner just before a `MOVED` changed the table,
+    /// travels on another connection than this release. Inside [`creating`], a command records
+    /// where it is queued for those releases.
     pub(crate) async fn call(
         &self,
         cmd: &'static str,
@@ -382,6 +463,14 @@ impl Shards {
             ));
         };
         let mut asking = false;
+        // A key-creating command of an acquire records where it is queued (see `behind`).
+        let placement = match after {
+            None => CREATES
+                .try_with(Arc::clone)
+                .ok()
+                .and_then(|token| self.place(token)),
+            Some(_) => None,
+        };
         for _ in 0..=MAX_REDIRECTS {
             let left = timeout.saturating_sub(start.elapsed());
             if left.is_zero() {
@@ -391,30 +480,44 @@ impl Shards {
                 ));
             }
             let shard = self.shard(&target)?;
-            let mut left = left;
-            let connecting = *shard.state.link.borrow() == Link::Connecting;
-            if connecting {
-                let _waiting = Waiting::new(&shard);
+            if *shard.state.link.borrow() == Link::Connecting {
                 ready(&shard, left).await;
             }
-            // Commands that waited for the connection wake in no fixed order: a release must
-            // not overtake its token's SET that waited too (or still waits).
+            // A release must land after its token's key-creating commands on this node. One
+            // connection's order guarantees that only for those queued on this shard's
+            // connection already; others (redirected, sent to the old owner just before a
+            // `MOVED` changed the table, or still waiting for a connection, where commands
+            // wake in no fixed order) are waited for. A release of a lock that was held finds
+            // nothing running and is sent in this same poll, ahead of a next acquire's SET.
             if let Some(token) = after {
-                if connecting || shard.waiting.load(std::sync::atomic::Ordering::Acquire) > 0 {
+                if !self.behind(token, &shard.addr) {
                     self.settled(token, timeout.saturating_sub(start.elapsed()))
                         .await;
                 }
             }
             // What the waits used is gone: the command must not outlive its call's budget (a
             // clean-up release waits for it only that long).
-            left = timeout.saturating_sub(start.elapsed());
+            let left = timeout.saturating_sub(start.elapsed());
             if left.is_zero() {
                 return Err(self.node_error(
                     NodeErrorKind::Timeout,
                     format!("shard {target}: not connected in time"),
                 ));
             }
-            let reply = send(&shard.client, cmd, args.clone(), left, asking).await;
+            let mut sending = std::pin::pin!(send(&shard.client, cmd, args.clone(), left, asking));
+            // The first poll hands the command to the shard's connection.
+            let reply = match futures::poll!(sending.as_mut()) {
+                std::task::Poll::Ready(reply) => reply,
+                std::task::Poll::Pending => {
+                    if let Some(placement) = &placement {
+                        placement.at(Some(&shard.addr));
+                    }
+                    sending.await
+                }
+            };
+            if let Some(placement) = &placement {
+                placement.at(None);
+            }
             let e = match reply {
                 Ok(value) => return Ok(value),
                 Err(e) => e,
@@ -444,10 +547,6 @@ impl Shards {
                     }
                     return Err(error);
                 }
-            }
-            if let Some(token) = after {
-                self.settled(token, timeout.saturating_sub(start.elapsed()))
-                    .await;
             }
         }
         Err(self.node_error(
@@ -484,26 +583,6 @@ impl Shards {
             error.kind,
             format!("shard {}: {}", shard.addr, error.message),
         )
-    }
-}
-
-/// Counts a command waiting for a shard's first connection while it lives.
-struct Waiting<'a>(&'a Shard);
-
-impl<'a> Waiting<'a> {
-    fn new(shard: &'a Shard) -> Waiting<'a> {
-        shard
-            .waiting
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        Waiting(shard)
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0
-            .waiting
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 

@@ -408,8 +408,18 @@ impl Node {
             return Acquired::plain(Vote::Failed(e));
         }
         let _running = self.inflight(&held.token);
+        match &self.backend {
+            Backend::Server(_) => self.acquire_here(&held, ttl_ms, timeout).await,
+            Backend::Cluster(_) => {
+                let here = self.acquire_here(&held, ttl_ms, timeout);
+                Box::pin(crate::cluster::creating(&held.token, here)).await
+            }
+        }
+    }
+
+    async fn acquire_here(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Acquired {
         let Some(groups) = self.slot_groups(&held.keys) else {
-            return self.acquire_one(&held, ttl_ms, timeout).await;
+            return self.acquire_one(held, ttl_ms, timeout).await;
         };
         // A cluster node whose keys span slots: one all-or-none script per slot; the node
         // grants only if every slot granted (a partial grant is cleaned up by the release that
@@ -569,6 +579,16 @@ impl Node {
             return Slot::Failed(e);
         }
         let _running = self.inflight(&req.token);
+        match &self.backend {
+            Backend::Server(_) => self.take_slot_here(&req, timeout).await,
+            Backend::Cluster(_) => {
+                let here = self.take_slot_here(&req, timeout);
+                Box::pin(crate::cluster::creating(&req.token, here)).await
+            }
+        }
+    }
+
+    async fn take_slot_here(&self, req: &SlotRequest, timeout: Duration) -> Slot {
         let scripts = crate::scripts::Scripts::get();
         let keys: Vec<&str> = std::iter::once(&req.meta_key)
             .chain(&req.slot_keys)

@@ -488,9 +488,10 @@ impl Inner {
     }
 
     /// Hands a release to `targets` without waiting for the answers (they land in each node's
-    /// order, after the commands queued before them). A node whose release fails at once (fred
-    /// fails new commands while reconnecting, yet still writes what it had buffered) is retried
-    /// in the background; see [`background::retry_release`].
+    /// order, after the commands queued before them). The answers are still read, in a task:
+    /// a node whose release fails (at once: fred fails new commands while reconnecting, yet
+    /// still writes what it had buffered; or later: a reset connection, a moved shard) is
+    /// retried in the background; see [`background::finish_release`].
     pub(crate) async fn release_unawaited(
         self: &Arc<Self>,
         held: &Arc<Held>,
@@ -503,8 +504,20 @@ impl Inner {
         if let Some(wake) = &self.wake {
             wake.own_cleanup(&held.token);
         }
-        let votes = self.release_round(held, targets.collect(), |_| true).await;
-        background::retry_failed(self, held, &votes, ttl);
+        let timeout = self.release_timeout();
+        let mut failed = Vec::new();
+        let mut late = Vec::new();
+        // Each release is polled once here, which hands it to its node's connection (a cluster
+        // node's, to a task of its own): the next attempt's commands queue behind it.
+        for i in targets {
+            let mut call = Box::pin(self.nodes[i].clone().release(held.clone(), timeout));
+            match futures::poll!(call.as_mut()) {
+                std::task::Poll::Ready(vote) if background::is_failed(&vote) => failed.push(i),
+                std::task::Poll::Ready(_) => {}
+                std::task::Poll::Pending => late.push((i, call)),
+            }
+        }
+        background::finish_release(self, held, failed, late, ttl);
     }
 
     /// Raises the fencing counters `keys` to `tokens` on every node; returns once a quorum did

@@ -342,3 +342,61 @@ async fn a_dropped_acquire_queued_behind_a_slow_write_leaves_no_key() {
         "rounds {left:?} left the cancelled acquire's key"
     );
 }
+
+/// A failed attempt's clean-up release that fails AFTER it was handed to the connection (here it
+/// times out into a blackhole, then the connection is reset) while the attempt's SET had already
+/// created the key: the release's late answer is read and the release retried on the new
+/// connection. Dropping that answer left the key for its full TTL (the torture run's S6 probe
+/// found it on a Redis Cluster node, where a shard move fails a release late).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_up_release_that_fails_late_is_retried() {
+    use fredlock_testkit::Fault;
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let node_timeout = Duration::from_millis(300);
+    let (proxies, redlock) = behind_proxies(&nodes, |b| {
+        b.node_timeout(node_timeout).retry(retry(1, 0, 0))
+    })
+    .await;
+    let (r, key) = resource(&redlock, "late-failed-clean-up");
+    // Node 1 is held by someone else; node 2 holds its replies, so the attempt cannot decide
+    // before its node timeout; node 0 grants (its reply held too, so the SET is still running).
+    set_foreign(&redlock, 1, &key).await;
+    proxies[0].set(Fault::HoldReplies);
+    proxies[2].set(Fault::HoldReplies);
+    let acquire = tokio::spawn({
+        let redlock = redlock.clone();
+        let r = r.clone();
+        async move { redlock.acquire(r.as_str(), TTL).await }
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            nodes.get(0, &key).await.unwrap().is_some()
+        })
+        .await,
+        "the SET never reached node 0"
+    );
+    // From now on nothing reaches node 0: the clean-up release will time out.
+    proxies[0].set(Fault::Blackhole);
+    let err = acquire.await.unwrap().unwrap_err();
+    assert!(
+        matches!(err, Error::Contended { .. } | Error::Unavailable { .. }),
+        "{err:?}"
+    );
+    // Cut the connection (the release fails late, with the key still there); fred reconnects,
+    // and only a retry of the release can remove the key now.
+    let accepted = proxies[0].connections();
+    proxies[0].set(Fault::Reset);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            proxies[0].connections() > accepted
+        })
+        .await,
+        "fred never reconnected"
+    );
+    proxies[0].set(Fault::Pass);
+    proxies[2].set(Fault::Pass);
+    assert!(
+        gone_within(&nodes, 0, &key, Duration::from_secs(10)).await,
+        "node 0 kept the failed attempt's key (TTL {TTL:?})"
+    );
+}
