@@ -1,0 +1,308 @@
+//! ACL users and TLS, against local redis-server nodes: every operation works for an ACL user
+//! limited to fredlock's key prefix and the commands fredlock sends (the rule the README gives
+//! operators), the same user cannot touch other keys, a user missing a command gets the
+//! server's NOPERM in the error, and `rediss://` URLs work with a private CA.
+//!
+//! One `#[test]` per concern, each with its own runtime: the TLS test sets `SSL_CERT_FILE` (the
+//! variable rustls' native roots read), which is process-wide, so it runs in this binary alone.
+
+mod common;
+
+use std::time::Duration;
+
+use fredlock::fred::prelude::KeysInterface;
+use fredlock::{Error, Redlock, Retry, Vote};
+use fredlock_testkit::{LocalNodes, RespValue};
+
+const PASSWORD: &str = "locker-secret-7";
+const TTL: Duration = Duration::from_secs(10);
+
+/// The ACL rule from the README (user name and password aside), for prefix `fredlock:`.
+const RULE: &[&str] = &[
+    "on",
+    "resetkeys",
+    "~fredlock:*",
+    "resetchannels",
+    "&fredlock:*",
+    "-@all",
+    "+set",
+    "+eval",
+    "+evalsha",
+    "+info",
+    "+ping",
+    "+subscribe",
+    "+unsubscribe",
+    "+get",
+    "+del",
+    "+exists",
+    "+pexpire",
+    "+pttl",
+    "+publish",
+    "+client|id",
+];
+
+async fn add_user(nodes: &LocalNodes, user: &str, rule: &[&str]) {
+    let password = format!(">{PASSWORD}");
+    for i in 0..nodes.len() {
+        let mut args = vec!["ACL", "SETUSER", user];
+        args.extend_from_slice(rule);
+        args.push(&password);
+        let reply = nodes.command(i, &args).await.expect("ACL SETUSER");
+        assert!(format!("{reply:?}").contains("OK"), "{reply:?}");
+    }
+}
+
+fn user_urls(nodes: &LocalNodes, user: &str) -> Vec<String> {
+    (0..nodes.len())
+        .map(|i| format!("redis://{user}:{PASSWORD}@127.0.0.1:{}", nodes.port(i)))
+        .collect()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Every operation as a user who may only touch `fredlock:*` keys and channels and run the
+/// commands of the README's rule; the ACL log stays empty (nothing was refused).
+#[test]
+fn an_acl_user_limited_to_the_prefix_can_do_everything() {
+    runtime().block_on(async {
+        let nodes = LocalNodes::start(3).await.expect("nodes");
+        add_user(&nodes, "locker", RULE).await;
+        let redlock = Redlock::builder()
+            .nodes(user_urls(&nodes, "locker"))
+            .retry(common::fast_retry())
+            .fencing_tokens(true)
+            .require_quorum(true)
+            .build()
+            .await
+            .expect("build as the ACL user");
+        exercise(&redlock).await;
+        redlock.close().await;
+        nothing_refused(&nodes).await;
+    });
+}
+
+/// The ACL log of every node is empty: no command, key or channel was refused (fred, for one,
+/// sends `CLIENT ID` on every new connection and shrugs off a refusal, so only the log shows it).
+async fn nothing_refused(nodes: &LocalNodes) {
+    for i in 0..nodes.len() {
+        let log = nodes.command(i, &["ACL", "LOG"]).await.expect("ACL LOG");
+        let denied = match &log {
+            RespValue::Array(Some(entries)) => entries.len(),
+            other => panic!("ACL LOG: {other:?}"),
+        };
+        assert_eq!(denied, 0, "node {i} refused the user something: {log:?}");
+    }
+}
+
+/// What fredlock does, end to end: lock, multi-resource, extend, inspect, keep-alive, release;
+/// a waiter woken by a release; a semaphore permit; an election.
+async fn exercise(redlock: &Redlock) {
+    let mut lock = redlock.acquire("acl:one", TTL).await.expect("acquire");
+    assert!(lock.fencing_token().is_some());
+    lock.extend(TTL).await.expect("extend");
+    let seen = redlock.inspect("acl:one").await.expect("inspect");
+    assert!(seen.holder().is_some(), "{seen:?}");
+    // A waiter, woken by the release below (wake-ups subscribe to the lock key's channel).
+    let waiter = tokio::spawn({
+        let redlock = redlock.clone();
+        async move {
+            redlock
+                .acquire_with("acl:one", TTL, Duration::from_secs(5))
+                .await
+        }
+    });
+    let guard = lock.keep_alive();
+    let report = guard.release().await.expect("release");
+    assert!(
+        report
+            .votes
+            .0
+            .iter()
+            .all(|v| matches!(v, Vote::Granted | Vote::Pending)),
+        "{report:?}"
+    );
+    let next = waiter.await.expect("waiter task").expect("waiter acquires");
+    next.release().await.expect("release");
+
+    let both = redlock
+        .acquire(["acl:a", "acl:b"], TTL)
+        .await
+        .expect("multi-resource");
+    both.release().await.expect("release");
+
+    let sem = redlock.semaphore("acl:pool", 2).expect("semaphore");
+    let permit = sem.acquire(TTL).await.expect("permit");
+    assert_eq!(sem.count().await.expect("count"), 1);
+    permit.release().await.expect("release permit");
+
+    let election = redlock.elect("acl:leader", TTL).expect("elect");
+    tokio::time::timeout(Duration::from_secs(5), election.leader())
+        .await
+        .expect("leads");
+    assert!(election.is_leader());
+}
+
+/// The rule is a real limit (the test above could pass with a user allowed everything): the
+/// same user cannot read a key outside the prefix. And a user missing a command fredlock needs
+/// gets an error with the server's own words (NOPERM) and the node's name.
+#[test]
+fn the_acl_limits_hold_and_a_missing_command_is_named() {
+    runtime().block_on(async {
+        let nodes = LocalNodes::start(1).await.expect("nodes");
+        add_user(&nodes, "locker", RULE).await;
+        let url = &user_urls(&nodes, "locker")[0];
+        let redlock = Redlock::builder()
+            .nodes([url.as_str()])
+            .retry(Retry::once())
+            .require_quorum(true)
+            .build()
+            .await
+            .expect("build");
+        let outside = redlock
+            .client(0)
+            .expect("single server")
+            .get::<Option<String>, _>("other:key")
+            .await
+            .expect_err("a key outside the prefix");
+        assert!(outside.details().contains("NOPERM"), "{outside:?}");
+        redlock.close().await;
+
+        // Without EVAL/EVALSHA: the lock is taken by SET, the release cannot run.
+        let without: Vec<&str> = RULE
+            .iter()
+            .copied()
+            .filter(|c| *c != "+eval" && *c != "+evalsha")
+            .collect();
+        add_user(&nodes, "noscript", &without).await;
+        let url = &user_urls(&nodes, "noscript")[0];
+        let redlock = Redlock::builder()
+            .nodes([url.as_str()])
+            .retry(Retry::once())
+            .require_quorum(true)
+            .build()
+            .await
+            .expect("build");
+        let lock = redlock
+            .acquire("acl:noscript", TTL)
+            .await
+            .expect("SET is allowed");
+        let err = lock
+            .release()
+            .await
+            .expect_err("the release script is not allowed");
+        let shown = err.to_string();
+        assert!(shown.contains("NOPERM"), "{shown}");
+        assert!(shown.contains(&nodes.port(0).to_string()), "{shown}");
+        assert!(!shown.contains(PASSWORD), "{shown}");
+        assert!(
+            matches!(err, Error::Unavailable { .. } | Error::NotHeld { .. }),
+            "{err:?}"
+        );
+    });
+}
+
+/// `rediss://` URLs with a private CA (trusted through `SSL_CERT_FILE`, as the README tells
+/// operators) and the ACL user on top: every operation works over TLS; without the CA the
+/// error says the certificate is not trusted.
+#[test]
+fn tls_with_a_private_ca_and_an_acl_user() {
+    let dir = std::env::temp_dir().join(format!("fredlock-tls-acl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (ca_pem, cert_pem, key_pem) = certificates();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, ca_pem).expect("write");
+    std::fs::write(dir.join("cert.pem"), cert_pem).expect("write");
+    std::fs::write(dir.join("key.pem"), key_pem).expect("write");
+    runtime().block_on(async {
+        let nodes = LocalNodes::start(3).await.expect("nodes");
+        add_user(&nodes, "locker", RULE).await;
+        let mut urls = Vec::new();
+        for i in 0..nodes.len() {
+            let port = free_port().to_string();
+            let cert = dir.join("cert.pem");
+            let key = dir.join("key.pem");
+            let reply = nodes
+                .command(
+                    i,
+                    &[
+                        "CONFIG",
+                        "SET",
+                        "tls-cert-file",
+                        cert.to_str().expect("path"),
+                        "tls-key-file",
+                        key.to_str().expect("path"),
+                        "tls-auth-clients",
+                        "no",
+                        "tls-port",
+                        &port,
+                    ],
+                )
+                .await
+                .expect("enable TLS on the node");
+            assert!(format!("{reply:?}").contains("OK"), "{reply:?}");
+            urls.push(format!("rediss://locker:{PASSWORD}@localhost:{port}"));
+        }
+
+        // Not trusted yet: the error says so, per node.
+        let untrusted = Redlock::builder()
+            .nodes(urls.clone())
+            .retry(Retry::once())
+            .connect_wait(Duration::from_millis(500))
+            .build()
+            .await
+            .expect("build (not strict)");
+        let err = untrusted
+            .acquire("tls:one", TTL)
+            .await
+            .expect_err("the CA is not trusted yet");
+        assert!(
+            err.to_string().to_lowercase().contains("certificate"),
+            "{err}"
+        );
+        untrusted.close().await;
+
+        // rustls reads the roots when a connection is made: from now on the CA is trusted.
+        std::env::set_var("SSL_CERT_FILE", &ca_file);
+        let redlock = Redlock::builder()
+            .nodes(urls)
+            .retry(common::fast_retry())
+            .fencing_tokens(true)
+            .require_quorum(true)
+            .build()
+            .await
+            .expect("build over TLS as the ACL user");
+        exercise(&redlock).await;
+        redlock.close().await;
+        std::env::remove_var("SSL_CERT_FILE");
+        nothing_refused(&nodes).await;
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A throw-away CA and a certificate it signed for `localhost` and 127.0.0.1 (PEM: CA, cert, key).
+fn certificates() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).expect("CA");
+    let key = KeyPair::generate().expect("key");
+    let params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        .expect("params");
+    let cert = params.signed_by(&key, &ca, &ca_key).expect("certificate");
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
