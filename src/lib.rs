@@ -40,6 +40,8 @@
 //! reader can start at the bottom and a change ripples only upwards. Bottom to top:
 //!
 //! 0. [`error`]: errors and plain value types (`Votes`, `NodeError`, `LostReason`). Imports nothing of ours.
+//!    Just above it, `metrics`: counters and histograms through the `metrics` facade (feature
+//!    `metrics`; empty functions without it); observes, never decides.
 //! 1. `endpoint` (node URLs checked and redacted by structure), `scripts` (every Lua script with
 //!    its KEYS/ARGV contract), `connection` (one node's connect loop, its latest cause of failure
 //!    in the server's words, the server's `run_id` so one server never votes twice), `reply`
@@ -83,6 +85,7 @@ pub mod error;
 mod inspect;
 mod keepalive;
 mod lock;
+mod metrics;
 mod node;
 mod pacing;
 mod quorum;

@@ -191,6 +191,7 @@ impl Lock {
         let votes =
             tracing::Instrument::instrument(inner.release_all(&held, self.ttl), span.clone()).await;
         self.released = true;
+        crate::metrics::held(self.acquired_at.elapsed());
         let elapsed = started.elapsed();
         let report = ReleaseReport {
             votes: votes.clone(),
@@ -236,6 +237,7 @@ impl Lock {
 impl Drop for Lock {
     fn drop(&mut self) {
         if !self.released {
+            crate::metrics::held(self.acquired_at.elapsed());
             tracing::debug!(resources = ?self.held.resources, "fredlock: Lock dropped without release(); releasing in the background");
             spawn_release(
                 self.redlock.inner.clone(),
@@ -310,7 +312,9 @@ impl Redlock {
         retry: Retry,
         wait: Option<Duration>,
     ) -> Result<Lock> {
-        let req = self.request(names, ttl)?;
+        let req = self.request(names, ttl).inspect_err(|_| {
+            crate::metrics::acquired("invalid", Duration::ZERO);
+        })?;
         let span = tracing::debug_span!(
             "fredlock.acquire",
             resources = ?req.resources,
@@ -359,6 +363,34 @@ impl Redlock {
         resources: &[String],
         channels: &[String],
         ttl: Duration,
+        attempt: F,
+    ) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, Failure>>,
+    {
+        let started = Instant::now();
+        let result = self
+            .retry_loop(retry, wait, resources, channels, ttl, attempt)
+            .await;
+        let outcome = match &result {
+            Ok(_) => "granted",
+            Err(Error::Contended { .. }) => "contended",
+            Err(Error::ValidityExpired { .. }) => "expired",
+            Err(Error::InvalidInput(_)) => "invalid",
+            Err(_) => "unavailable",
+        };
+        crate::metrics::acquired(outcome, started.elapsed());
+        result
+    }
+
+    async fn retry_loop<T, F, Fut>(
+        &self,
+        retry: Retry,
+        wait: Option<Duration>,
+        resources: &[String],
+        channels: &[String],
+        ttl: Duration,
         mut attempt: F,
     ) -> Result<T>
     where
@@ -396,6 +428,7 @@ impl Redlock {
             // Attempt, unless this call queued behind others and has not been woken yet.
             if !std::mem::take(&mut queued) {
                 attempts = attempts.saturating_add(1);
+                crate::metrics::attempt();
                 if let Some(w) = &waiter {
                     w.begin_attempt();
                 }

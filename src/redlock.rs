@@ -416,6 +416,7 @@ impl Redlock {
                 })
                 .collect(),
         );
+        crate::metrics::failures(&votes.0);
         let mut now = Instant::now();
         let span = tracing::Span::current();
         span.record("granted", votes.granted());
@@ -589,6 +590,20 @@ impl Inner {
         current_deadline: Instant,
         patient: bool,
     ) -> Result<Instant> {
+        let result = self
+            .extend_round(held, ttl, current_deadline, patient)
+            .await;
+        crate::metrics::extension(result.is_ok());
+        result
+    }
+
+    async fn extend_round(
+        &self,
+        held: &Arc<Held>,
+        ttl: Duration,
+        current_deadline: Instant,
+        patient: bool,
+    ) -> Result<Instant> {
         let ttl_ms = quorum::ttl_millis(ttl)?;
         let validity = quorum::validity(ttl, self.drift_factor)?;
         let t0 = Instant::now();
@@ -624,6 +639,7 @@ impl Inner {
             )
             .await,
         );
+        crate::metrics::failures(&votes.0);
         let reached = quorum::outcome(&votes.0) == Outcome::Reached;
         if reached && Instant::now() < current_deadline {
             return Ok(new_deadline);
@@ -710,6 +726,10 @@ impl Inner {
             }
             None => Vec::new(),
         };
+        if !answers.is_empty() {
+            // Node failures once per node and round (not once per lock of the batch).
+            crate::metrics::failures(&item_votes(&answers, 0).0);
+        }
         let now = Instant::now();
         plans
             .into_iter()
@@ -732,6 +752,7 @@ impl Inner {
                     }
                 }
             })
+            .inspect(|r| crate::metrics::extension(r.is_ok()))
             .collect()
     }
 
@@ -786,7 +807,9 @@ impl Releaser for Inner {
             .into_iter()
             .map(|i| (i, self.nodes[i].clone().release(held.clone(), timeout)))
             .collect();
-        votes(fan_out(self.nodes.len(), calls, None, Late::Drop, enough).await)
+        let votes = votes(fan_out(self.nodes.len(), calls, None, Late::Drop, enough).await);
+        crate::metrics::failures(&votes.0);
+        votes
     }
 }
 

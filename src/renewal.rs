@@ -198,6 +198,7 @@ pub(crate) fn mark_lost(tx: &Shared, reason: LostReason) {
     tx.send_if_modified(|s| {
         if s.lost.is_none() {
             s.lost = Some(reason);
+            crate::metrics::lost(reason);
             true
         } else {
             false

@@ -241,6 +241,7 @@ impl Registry {
             },
         );
         drop(st);
+        crate::metrics::waiters(1.0);
         if created {
             self.wanted.send_modify(|v| *v = v.wrapping_add(1));
         }
@@ -495,6 +496,7 @@ impl Registry {
         let Some(me) = st.waiters.remove(&id) else {
             return;
         };
+        crate::metrics::waiters(-1.0);
         let unanswered = me.woken || me.attempting;
         let State {
             channels, waiters, ..

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 /// Bottom to top; modules on one line share a layer and do not refer to each other.
 const LAYERS: &[&[&str]] = &[
     &["error"],
+    &["metrics"],
     &[
         "endpoint",
         "scripts",
