@@ -306,3 +306,62 @@ fn free_port() -> u16 {
         .expect("addr")
         .port()
 }
+
+/// Cluster nodes as the same ACL user, with the two extra commands the README names for them
+/// (`CLUSTER SLOTS` for the slot table, `ASKING` for redirects): locks, multi-resource across
+/// slots, fencing and a semaphore, with every shard's ACL log empty.
+#[test]
+fn an_acl_user_on_cluster_nodes() {
+    runtime().block_on(async {
+        let clusters: Vec<fredlock_testkit::LocalCluster> =
+            futures::future::join_all((0..3).map(|_| fredlock_testkit::LocalCluster::start(3)))
+                .await
+                .into_iter()
+                .map(|c| c.expect("start a local cluster"))
+                .collect();
+        let mut rule = RULE.to_vec();
+        rule.extend(["+cluster|slots", "+asking"]);
+        for c in &clusters {
+            add_user(c.nodes(), "locker", &rule).await;
+        }
+        let urls: Vec<String> = clusters
+            .iter()
+            .map(|c| {
+                c.url()
+                    .replacen("://", &format!("://locker:{PASSWORD}@"), 1)
+            })
+            .collect();
+        let redlock = Redlock::builder()
+            .nodes(urls)
+            .retry(common::fast_retry())
+            .fencing_tokens(true)
+            .connect_wait(Duration::from_secs(20))
+            .require_quorum(true)
+            .build()
+            .await
+            .expect("build as the ACL user");
+        let mut lock = redlock.acquire("acl:one", TTL).await.expect("acquire");
+        lock.extend(TTL).await.expect("extend");
+        assert!(redlock
+            .inspect("acl:one")
+            .await
+            .expect("inspect")
+            .holder()
+            .is_some());
+        lock.release().await.expect("release");
+        // Keys in different slots (no hash tag): one script per slot on every node.
+        let both = redlock
+            .acquire(["acl:a", "acl:b", "acl:c"], TTL)
+            .await
+            .expect("multi-resource");
+        assert_eq!(both.fencing_tokens().map(<[u64]>::len), Some(3));
+        both.release().await.expect("release");
+        let sem = redlock.semaphore("acl:pool", 2).expect("semaphore");
+        let permit = sem.acquire(TTL).await.expect("permit");
+        permit.release().await.expect("release permit");
+        redlock.close().await;
+        for c in &clusters {
+            nothing_refused(c.nodes()).await;
+        }
+    });
+}
