@@ -99,26 +99,10 @@ async fn a_tls_failure_is_a_tls_error() {
     let (cert_file, key_file) = (dir.join("cert.pem"), dir.join("key.pem"));
     std::fs::write(&cert_file, cert.cert.pem()).expect("write");
     std::fs::write(&key_file, cert.key_pair.serialize_pem()).expect("write");
-    let tls_port = free_port().to_string();
-    let reply = nodes
-        .command(
-            0,
-            &[
-                "CONFIG",
-                "SET",
-                "tls-cert-file",
-                cert_file.to_str().expect("path"),
-                "tls-key-file",
-                key_file.to_str().expect("path"),
-                "tls-auth-clients",
-                "no",
-                "tls-port",
-                &tls_port,
-            ],
-        )
+    let tls_port = nodes
+        .enable_tls(0, &cert_file, &key_file)
         .await
         .expect("enable TLS on the node");
-    assert!(format!("{reply:?}").contains("OK"), "{reply:?}");
     let (e, _) = failure_of(&format!("rediss://localhost:{tls_port}")).await;
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(e.kind, NodeErrorKind::Tls, "{e}");

@@ -58,6 +58,17 @@ fn user_urls(nodes: &LocalNodes, user: &str) -> Vec<String> {
         .collect()
 }
 
+/// A one-node Redlock on `url`, one attempt per acquire.
+async fn one_node(url: &str) -> Redlock {
+    Redlock::builder()
+        .nodes([url])
+        .retry(Retry::once())
+        .require_quorum(true)
+        .build()
+        .await
+        .expect("build")
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -156,14 +167,7 @@ fn the_acl_limits_hold_and_a_missing_command_is_named() {
     runtime().block_on(async {
         let nodes = LocalNodes::start(1).await.expect("nodes");
         add_user(&nodes, "locker", RULE).await;
-        let url = &user_urls(&nodes, "locker")[0];
-        let redlock = Redlock::builder()
-            .nodes([url.as_str()])
-            .retry(Retry::once())
-            .require_quorum(true)
-            .build()
-            .await
-            .expect("build");
+        let redlock = one_node(&user_urls(&nodes, "locker")[0]).await;
         let outside = redlock
             .client(0)
             .expect("single server")
@@ -180,14 +184,7 @@ fn the_acl_limits_hold_and_a_missing_command_is_named() {
             .filter(|c| *c != "+eval" && *c != "+evalsha")
             .collect();
         add_user(&nodes, "noscript", &without).await;
-        let url = &user_urls(&nodes, "noscript")[0];
-        let redlock = Redlock::builder()
-            .nodes([url.as_str()])
-            .retry(Retry::once())
-            .require_quorum(true)
-            .build()
-            .await
-            .expect("build");
+        let redlock = one_node(&user_urls(&nodes, "noscript")[0]).await;
         let lock = redlock
             .acquire("acl:noscript", TTL)
             .await
@@ -224,28 +221,10 @@ fn tls_with_a_private_ca_and_an_acl_user() {
         add_user(&nodes, "locker", RULE).await;
         let mut urls = Vec::new();
         for i in 0..nodes.len() {
-            let port = free_port().to_string();
-            let cert = dir.join("cert.pem");
-            let key = dir.join("key.pem");
-            let reply = nodes
-                .command(
-                    i,
-                    &[
-                        "CONFIG",
-                        "SET",
-                        "tls-cert-file",
-                        cert.to_str().expect("path"),
-                        "tls-key-file",
-                        key.to_str().expect("path"),
-                        "tls-auth-clients",
-                        "no",
-                        "tls-port",
-                        &port,
-                    ],
-                )
+            let port = nodes
+                .enable_tls(i, &dir.join("cert.pem"), &dir.join("key.pem"))
                 .await
                 .expect("enable TLS on the node");
-            assert!(format!("{reply:?}").contains("OK"), "{reply:?}");
             urls.push(format!("rediss://locker:{PASSWORD}@localhost:{port}"));
         }
 
@@ -297,14 +276,6 @@ fn certificates() -> (String, String, String) {
         .expect("params");
     let cert = params.signed_by(&key, &ca, &ca_key).expect("certificate");
     (ca.pem(), cert.pem(), key.serialize_pem())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
 }
 
 /// Cluster nodes as the same ACL user, with the two extra commands the README names for them

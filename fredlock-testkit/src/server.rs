@@ -486,6 +486,37 @@ impl LocalNodes {
         self.launch(i, false).await
     }
 
+    /// Opens a TLS port on node `i` (beside its plain port) with the PEM certificate and key in
+    /// `cert` and `key`, clients not asked for certificates; returns the TLS port. The node's
+    /// plain port keeps working (the tests' own commands use it).
+    pub async fn enable_tls(&self, i: usize, cert: &Path, key: &Path) -> io::Result<u16> {
+        let port = pick_free_ports(1)?[0];
+        let text = |p: &Path| {
+            p.to_str().map(str::to_string).ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("{p:?} is not UTF-8"))
+            })
+        };
+        let (cert, key, port_text) = (text(cert)?, text(key)?, port.to_string());
+        let args = [
+            "CONFIG",
+            "SET",
+            "tls-cert-file",
+            &cert,
+            "tls-key-file",
+            &key,
+            "tls-auth-clients",
+            "no",
+            "tls-port",
+            &port_text,
+        ];
+        match self.command(i, &args).await? {
+            RespValue::Simple(ok) if ok == "OK" => Ok(port),
+            other => Err(io::Error::other(format!(
+                "node {i}: enabling TLS answered {other:?} (is redis-server built with TLS?)"
+            ))),
+        }
+    }
+
     /// Sends one command to node `i` over a fresh connection and returns the
     /// reply. Server errors come back as `Ok(RespValue::Error(..))`. Bounded
     /// by a 5 s timeout (error kind `TimedOut`).
