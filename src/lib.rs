@@ -25,8 +25,8 @@
 //!   attempt and validity is left: `deadline = start + ttl - (ttl * drift + 2 ms)`, measured on the
 //!   monotonic clock from before the first command;
 //! - so no two holders' `[start, deadline]` windows overlap for a resource;
-//! - release and extend act only where our 128-bit random token is still present; extend never
-//!   re-creates an expired key;
+//! - release and extend act only where our value (a 128-bit random token, then the public owner
+//!   label) is still present; extend never re-creates an expired key;
 //! - a failed, timed-out or cancelled attempt releases on every node that may hold its token.
 //!
 //! ## What is not

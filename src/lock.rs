@@ -302,7 +302,9 @@ impl AcquireOptions {
     /// exclusion is lost. Use it to carry an identifier you already generate that way (a job's
     /// random id), not a name. Every attempt of one acquire uses it; a failed attempt's
     /// clean-up is then never resent late (it could delete the next attempt's key), so a node
-    /// that missed it keeps our own value until its TTL.
+    /// that missed it keeps our own value until its TTL. (Waiters of the same `Redlock` may then
+    /// notice this lock's release by their fallback timer rather than at once: a failed
+    /// attempt's value is kept quiet for them for 10 s.)
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
         self

@@ -259,6 +259,9 @@ async fn exit_codes() {
     let out = output(run(&["--wait", "600ms", &name, "--", "true"])).await;
     assert_eq!(code(&out), 75, "{}", stderr(&out));
     assert!(started.elapsed() >= Duration::from_millis(600));
+    // Without a terminal, waiting is quiet: only the final message.
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    assert!(!stderr(&out).contains("waiting for"), "{}", stderr(&out));
     lock.release().await.expect("release");
 
     // Usage: 64.
@@ -500,4 +503,43 @@ async fn a_lost_lock_stops_cmd_and_signals_reach_it() {
     let observer = redlock(&urls, "observer").await;
     let seen = observer.inspect(&name2).await.expect("inspect");
     assert!(seen.is_free(), "{seen:?}");
+}
+
+/// On a terminal, a waiting `run` says whom it waits for. The terminal is script(1)'s
+/// pseudo-terminal (util-linux); skipped where there is none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_run_on_a_terminal_shows_the_holder() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: script(1) is not installed");
+        return;
+    }
+    let nodes = LocalNodes::start(3).await.expect("nodes");
+    let urls = nodes.urls();
+    let name = unique("tty");
+    let holder = redlock(&urls, "report job (bob)").await;
+    let lock = holder
+        .acquire(name.as_str(), Duration::from_secs(30))
+        .await
+        .expect("hold");
+    let line = format!(
+        "{} run --wait 2500ms {name} -- true",
+        env!("CARGO_BIN_EXE_fredlock")
+    );
+    let mut cmd = Command::new("script");
+    cmd.args(["-qec", &line, "/dev/null"])
+        .env("FREDLOCK_NODES", urls.join(","))
+        .stdin(Stdio::null());
+    let out = output(cmd).await;
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        shown.contains("waiting for") && shown.contains("report job (bob)"),
+        "{shown}"
+    );
+    // Updated about once a second while it waits.
+    assert!(shown.matches("waiting for").count() >= 2, "{shown}");
+    lock.release().await.expect("release");
 }
