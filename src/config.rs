@@ -50,6 +50,7 @@ pub struct Builder {
     drift_factor: f64,
     node_timeout: Option<Duration>,
     key_prefix: String,
+    owner_label: Option<String>,
     connect_wait: Duration,
     require_quorum: bool,
     fencing_tokens: bool,
@@ -65,6 +66,7 @@ impl fmt::Debug for Builder {
             .field("drift_factor", &self.drift_factor)
             .field("node_timeout", &self.node_timeout)
             .field("key_prefix", &self.key_prefix)
+            .field("owner_label", &self.owner_label)
             .field("connect_wait", &self.connect_wait)
             .field("require_quorum", &self.require_quorum)
             .field("fencing_tokens", &self.fencing_tokens)
@@ -81,6 +83,7 @@ impl Default for Builder {
             drift_factor: DEFAULT_DRIFT_FACTOR,
             node_timeout: None,
             key_prefix: DEFAULT_KEY_PREFIX.to_string(),
+            owner_label: None,
             connect_wait: DEFAULT_CONNECT_WAIT,
             require_quorum: false,
             fencing_tokens: false,
@@ -167,6 +170,20 @@ impl Builder {
         self
     }
 
+    /// The owner label stored with every lock, permit and leadership of this `Redlock` that does
+    /// not name its own ([`AcquireOptions::label`](crate::AcquireOptions::label)); default
+    /// `host:pid` (the host name and this process's id). [`Redlock::inspect`] and
+    /// `fredlock inspect` show it, so that an operator sees WHO holds a lock.
+    ///
+    /// The label is public: anyone who can read the keys can read it, and knowing it gives no
+    /// power over the lock (every command compares the secret token stored before it). An
+    /// empty label stores none. At most [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes of
+    /// printable text: `build()` rejects anything else with [`InvalidInput::InvalidLabel`].
+    pub fn owner_label(mut self, label: impl Into<String>) -> Self {
+        self.owner_label = Some(label.into());
+        self
+    }
+
     /// How long `build()` waits for a quorum of nodes to connect (default 2 s). It returns as
     /// soon as a quorum is connected and identified (plus up to 100 ms for the others' first
     /// attempts), or when this runs out, whichever is first; nodes that are down keep connecting
@@ -247,6 +264,13 @@ impl Builder {
         // -0.0 is in range; make it a plain zero.
         let drift_factor = self.drift_factor.abs();
         self.retry.validate()?;
+        let label = match self.owner_label {
+            Some(label) => {
+                crate::owner::check_label(&label)?;
+                label
+            }
+            None => crate::owner::default_label(),
+        };
         match self.node_timeout {
             Some(t) if t.is_zero() => return Err(InvalidInput::ZeroNodeTimeout.into()),
             Some(t) if t > MAX_NODE_TIMEOUT => {
@@ -326,6 +350,7 @@ impl Builder {
             drift_factor,
             node_timeout: self.node_timeout,
             key_prefix: self.key_prefix,
+            label,
             fencing: self.fencing_tokens,
             background: Default::default(),
             renewer: Default::default(),

@@ -269,7 +269,8 @@ async fn campaign(
         let handle = guard.handle();
         let mut changes = handle.changes();
         let token = handle.token().to_string();
-        tracing::info!(parent: &span, token = %token, "became leader");
+        // The fingerprint, never the token: logs are read by many.
+        tracing::info!(parent: &span, fingerprint = %handle.fingerprint(), "became leader");
         role.send_replace(Role::Leader(Term {
             since,
             token: token.clone(),

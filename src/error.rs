@@ -266,6 +266,24 @@ pub enum InvalidInput {
     /// A keep-alive setting that cannot work (for example an extension interval of zero).
     #[error("invalid keep-alive setting: {0}")]
     KeepAlive(&'static str),
+    /// An owner label that cannot be stored with a lock: longer than
+    /// [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes, or with a control character (a newline, a
+    /// tab, the separator 0x1f). Labels are public text that operators read.
+    #[error("owner label {label:?} is {reason}: use printable text of at most 256 bytes")]
+    InvalidLabel {
+        /// The label (escaped, and shortened when long).
+        label: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A custom lock token that cannot be used: empty, longer than
+    /// [`MAX_TOKEN_LEN`](crate::MAX_TOKEN_LEN) bytes, or containing the separator 0x1f. The token
+    /// is a secret and is never shown.
+    #[error("custom lock token rejected: {reason} (a token must be 1 to 256 bytes without 0x1f, unguessable, and new for every acquisition)")]
+    InvalidToken {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
 }
 
 /// Everything that can go wrong, split by what the caller should do about it.

@@ -18,13 +18,60 @@ pub struct NodeView {
     pub state: std::result::Result<Option<Holder>, NodeError>,
 }
 
-/// A value found at a lock key.
+/// Who holds a lock key on one node: its public label and token fingerprint, never the secret
+/// token itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
-    /// The token stored at the key (a fredlock token, or whatever else someone put there).
-    pub token: String,
+    /// The owner label stored with the lock (see
+    /// [`Builder::owner_label`](crate::Builder::owner_label)); `None` when the value has no
+    /// separator: a lock stored without a label, by an older fredlock, or a value someone else
+    /// put there.
+    pub label: Option<String>,
+    /// 12 hex digits of the SHA-1 of the token (of the whole value when it has no separator):
+    /// tells holders apart, and equals the holder's own
+    /// [`Lock::fingerprint`](crate::Lock::fingerprint). Useless for guessing the token.
+    pub fingerprint: String,
     /// Time left before the key expires on that node; `None` when the key has no expiry.
     pub ttl: Option<Duration>,
+}
+
+impl Holder {
+    /// The holder that a value read at a lock key stands for, as `inspect` reports it: split at
+    /// its first [`SEPARATOR`](crate::SEPARATOR), the token part reduced to its fingerprint.
+    /// `pttl` is the key's `PTTL` in milliseconds (negative: no expiry, or no key).
+    pub fn from_value(value: &str, pttl: i64) -> Holder {
+        let (token, label) = crate::owner::split(value);
+        Holder {
+            label: label.map(str::to_string),
+            fingerprint: crate::owner::fingerprint(token),
+            ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+        }
+    }
+
+    /// Whether this holder's token is `token` (compares fingerprints): how a holder, or a test,
+    /// recognises its own lock in an inspection without the token ever being shown.
+    pub fn has_token(&self, token: &str) -> bool {
+        self.fingerprint == crate::owner::fingerprint(token)
+    }
+
+    /// Whether `other` is the same holder (same fingerprint and label).
+    fn same(&self, other: &Holder) -> bool {
+        self.fingerprint == other.fingerprint && self.label == other.label
+    }
+}
+
+/// What an [`Inspection`] says about a resource as a whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Every node answered and none holds it.
+    Free,
+    /// One holder on at least a quorum of nodes: the current owner.
+    Held(Holder),
+    /// No holder on a quorum, yet the key is set somewhere (a lock being acquired or released
+    /// right now, a failed attempt's leftovers, or holders split by a fault), or too few nodes
+    /// answered to say.
+    Split,
 }
 
 /// Who holds a resource, node by node. See [`Redlock::inspect`].
@@ -39,23 +86,35 @@ pub struct Inspection {
 }
 
 impl Inspection {
-    /// The token held on at least a quorum of nodes, if any: the current owner.
-    pub fn holder(&self) -> Option<&str> {
-        let tokens = self.nodes.iter().filter_map(|n| match &n.state {
-            Ok(Some(h)) => Some(h.token.as_str()),
+    /// The holder on at least a quorum of nodes, if any: the current owner (the TTL shown is
+    /// the first such node's; see [`remaining`](Self::remaining) for the longest).
+    pub fn holder(&self) -> Option<&Holder> {
+        let holders = self.nodes.iter().filter_map(|n| match &n.state {
+            Ok(Some(h)) => Some(h),
             _ => None,
         });
-        let mut counts: Vec<(&str, usize)> = Vec::new();
-        for t in tokens {
-            match counts.iter_mut().find(|(k, _)| *k == t) {
+        let mut counts: Vec<(&Holder, usize)> = Vec::new();
+        for h in holders {
+            match counts.iter_mut().find(|(k, _)| k.same(h)) {
                 Some((_, c)) => *c += 1,
-                None => counts.push((t, 1)),
+                None => counts.push((h, 1)),
             }
         }
         counts
             .into_iter()
             .find(|&(_, c)| c >= self.quorum)
-            .map(|(t, _)| t)
+            .map(|(h, _)| h)
+    }
+
+    /// Free, held on a quorum, or split (see [`Verdict`]).
+    pub fn verdict(&self) -> Verdict {
+        if self.is_free() {
+            return Verdict::Free;
+        }
+        match self.holder() {
+            Some(h) => Verdict::Held(h.clone()),
+            None => Verdict::Split,
+        }
     }
 
     /// True when every node answered and none holds the key.
@@ -63,12 +122,13 @@ impl Inspection {
         self.nodes.iter().all(|n| matches!(n.state, Ok(None)))
     }
 
-    /// The largest remaining TTL among the nodes that hold `token`.
-    pub fn remaining(&self, token: &str) -> Option<Duration> {
+    /// The largest remaining TTL among the nodes where the holder's fingerprint is
+    /// `fingerprint` (see [`Holder::fingerprint`]).
+    pub fn remaining(&self, fingerprint: &str) -> Option<Duration> {
         self.nodes
             .iter()
             .filter_map(|n| match &n.state {
-                Ok(Some(h)) if h.token == token => h.ttl,
+                Ok(Some(h)) if h.fingerprint == fingerprint => h.ttl,
                 _ => None,
             })
             .max()
@@ -76,7 +136,8 @@ impl Inspection {
 }
 
 impl Redlock {
-    /// Reads who holds `resource` on every node (value and remaining TTL), atomically per node.
+    /// Reads who holds `resource` on every node (owner label, token fingerprint and remaining
+    /// TTL; never the secret token), atomically per node.
     /// Waits for every node, each bounded by the per-node timeout (default 500 ms here).
     /// Never changes anything.
     ///
@@ -103,10 +164,9 @@ impl Redlock {
             .map(|(answer, node)| NodeView {
                 node: node.name.clone(),
                 state: match answer {
-                    Some(Ok(found)) => Ok(found.map(|(token, pttl)| Holder {
-                        token,
-                        ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-                    })),
+                    Some(Ok(found)) => {
+                        Ok(found.map(|(value, pttl)| Holder::from_value(&value, pttl)))
+                    }
                     Some(Err(e)) => Err(e),
                     None => Err(NodeError {
                         node: node.name.clone(),
@@ -132,10 +192,7 @@ mod tests {
     fn holder_needs_a_quorum() {
         let view = |t: Option<&str>| NodeView {
             node: "n".into(),
-            state: Ok(t.map(|t| Holder {
-                token: t.into(),
-                ttl: Some(Duration::from_secs(1)),
-            })),
+            state: Ok(t.map(|t| Holder::from_value(t, 1000))),
         };
         let i = Inspection {
             resource: "r".into(),
@@ -144,10 +201,34 @@ mod tests {
         };
         assert_eq!(i.holder(), None);
         assert!(!i.is_free());
+        assert_eq!(i.verdict(), Verdict::Split);
         let i = Inspection {
-            nodes: vec![view(Some("a")), view(Some("a")), view(None)],
+            nodes: vec![view(Some("a\x1fme")), view(Some("a\x1fme")), view(None)],
             ..i
         };
-        assert_eq!(i.holder(), Some("a"));
+        let h = i.holder().expect("a quorum");
+        assert_eq!(h.label.as_deref(), Some("me"));
+        assert_eq!(h.fingerprint, crate::owner::fingerprint("a"));
+        assert_eq!(i.verdict(), Verdict::Held(h.clone()));
+        // Same token, another label: not the same holder.
+        let i = Inspection {
+            nodes: vec![view(Some("a\x1fme")), view(Some("a\x1fyou")), view(None)],
+            ..i
+        };
+        assert_eq!(i.holder(), None);
+        let i = Inspection {
+            nodes: vec![view(None), view(None), view(None)],
+            ..i
+        };
+        assert_eq!(i.verdict(), Verdict::Free);
+    }
+
+    #[test]
+    fn the_token_is_never_shown() {
+        let h = Holder::from_value("s3cret\x1fworker-1", 5);
+        assert_eq!(h.label.as_deref(), Some("worker-1"));
+        assert!(!format!("{h:?}").contains("s3cret"));
+        let foreign = Holder::from_value("someone-else", -1);
+        assert_eq!((foreign.label, foreign.ttl), (None, None));
     }
 }

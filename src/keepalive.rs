@@ -127,9 +127,19 @@ impl LockHandle {
         self.tx.borrow().extensions
     }
 
-    /// The owner token.
+    /// The secret owner token (see [`Lock::token`](crate::Lock::token)).
     pub fn token(&self) -> &str {
-        &self.held.token
+        self.held.token()
+    }
+
+    /// The owner label stored with the lock (see [`Lock::label`](crate::Lock::label)).
+    pub fn label(&self) -> Option<&str> {
+        self.held.label()
+    }
+
+    /// The token's public fingerprint (see [`Lock::fingerprint`](crate::Lock::fingerprint)).
+    pub fn fingerprint(&self) -> String {
+        crate::owner::fingerprint(self.held.token())
     }
 
     /// The resources held.
@@ -239,6 +249,16 @@ impl KeepAlive {
     /// See [`LockHandle::token`].
     pub fn token(&self) -> &str {
         self.handle.token()
+    }
+
+    /// See [`LockHandle::label`].
+    pub fn label(&self) -> Option<&str> {
+        self.handle.label()
+    }
+
+    /// See [`LockHandle::fingerprint`].
+    pub fn fingerprint(&self) -> String {
+        self.handle.fingerprint()
     }
 
     /// See [`LockHandle::resources`].

@@ -25,8 +25,8 @@
 //!   attempt and validity is left: `deadline = start + ttl - (ttl * drift + 2 ms)`, measured on the
 //!   monotonic clock from before the first command;
 //! - so no two holders' `[start, deadline]` windows overlap for a resource;
-//! - release and extend act only where our 128-bit random token is still present; extend never
-//!   re-creates an expired key;
+//! - release and extend act only where our value (a 128-bit random token, then the public owner
+//!   label) is still present; extend never re-creates an expired key;
 //! - a failed, timed-out or cancelled attempt releases on every node that may hold its token.
 //!
 //! ## What is not
@@ -48,7 +48,9 @@
 //!    (every reply decoded into a vote, a slot, counters or a holder, or a typed error; pure),
 //!    `slots` (Redis Cluster hash slots and how derived keys share their lock's slot; pure),
 //!    `waiters` (the waiting acquires of a Redlock and which one a release wakes: FIFO, one per
-//!    release, the N per-node messages of a release de-duplicated; pure bookkeeping).
+//!    release, the N per-node messages of a release de-duplicated; pure bookkeeping), `owner`
+//!    (what a lock key stores: the secret token, the separator and the public owner label;
+//!    label and token checks, fingerprints; pure).
 //! 2. `cluster`: a node that is a Redis Cluster: its slot table, one fred client per shard,
 //!    `MOVED`/`ASK` redirects followed without ever replaying a command of unknown outcome.
 //! 3. `node` (one Redis node: one fred client or a cluster's shards, per-command options, each
@@ -61,7 +63,8 @@
 //!    started by the first acquire that waits, feeding release messages to `waiters`.
 //! 5. `redlock`: the rounds: one acquire attempt, extend, release; [`Redlock`] and its shared state.
 //! 6. `lock` ([`Lock`] and the acquire retry loop that hands it out), `inspect` ([`Redlock::inspect`]).
-//! 7. `renewal`: who extends a kept-alive lock and when: the per-lock cycle (schedule, budget,
+//! 7. `force` ([`Redlock::force_release`]: an operator breaks a lock, whoever holds it),
+//!    `renewal`: who extends a kept-alive lock and when: the per-lock cycle (schedule, budget,
 //!    retries), the status every handle reads, and its two drivers: the Redlock's shared
 //!    renewer, which extends the locks due together with one script call per node, and a task
 //!    per lock.
@@ -82,11 +85,13 @@ mod connection;
 mod election;
 mod endpoint;
 pub mod error;
+mod force;
 mod inspect;
 mod keepalive;
 mod lock;
 mod metrics;
 mod node;
+mod owner;
 mod pacing;
 mod quorum;
 mod redlock;
@@ -105,9 +110,10 @@ pub use error::{
     Error, InvalidInput, LostReason, Names, NodeError, NodeErrorKind, NotHeldReason, Result, Vote,
     Votes,
 };
-pub use inspect::{Holder, Inspection, NodeView};
+pub use inspect::{Holder, Inspection, NodeView, Verdict};
 pub use keepalive::{KeepAlive, KeepAliveOptions, LockHandle, Rejected};
-pub use lock::{Lock, ReleaseReport};
+pub use lock::{AcquireOptions, Lock, ReleaseReport};
+pub use owner::{MAX_LABEL_LEN, MAX_TOKEN_LEN, SEPARATOR};
 pub use redlock::{Redlock, Resources, FALLBACK_FACTOR};
 pub use semaphore::{Permit, Semaphore, SemaphoreInspection, MAX_PERMITS};
 pub use with_lock::{OnLost, WithLock};

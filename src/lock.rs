@@ -84,9 +84,31 @@ impl Lock {
         &self.held.resources
     }
 
-    /// The owner token: 128 random bits as 32 hex digits, fresh for each acquisition.
+    /// The secret owner token: 128 random bits as 32 hex digits, fresh for each acquisition
+    /// (or the caller's, given with [`AcquireOptions::token`]). Whoever knows it can release or
+    /// extend the lock: keep it out of logs (show [`fingerprint`](Self::fingerprint) instead).
     pub fn token(&self) -> &str {
-        &self.held.token
+        self.held.token()
+    }
+
+    /// The owner label stored with the lock (public: [`Redlock::inspect`] shows it); `None`
+    /// when it was stored without one.
+    pub fn label(&self) -> Option<&str> {
+        self.held.label()
+    }
+
+    /// A short public fingerprint of the token (12 hex digits of its SHA-1): what
+    /// [`Redlock::inspect`] shows as [`Holder::fingerprint`](crate::Holder::fingerprint), so a
+    /// holder can recognise itself there without the token ever being shown.
+    pub fn fingerprint(&self) -> String {
+        crate::owner::fingerprint(self.held.token())
+    }
+
+    /// What every node stores at the lock's keys, and what every release, extend and keep-alive
+    /// compares: the token, then the separator [`SEPARATOR`](crate::SEPARATOR) (0x1f) and the
+    /// label when there is one. Scripts of your own that check the lock compare this value.
+    pub fn value(&self) -> &str {
+        &self.held.value
     }
 
     /// The TTL of the last acquire or extend.
@@ -234,6 +256,83 @@ impl Lock {
     }
 }
 
+/// Per-call options of [`Redlock::acquire_using`]. Every option is optional; `new()` changes
+/// nothing from [`Redlock::acquire`].
+#[derive(Clone, Default)]
+pub struct AcquireOptions {
+    label: Option<String>,
+    token: Option<String>,
+    wait: Option<Duration>,
+}
+
+impl std::fmt::Debug for AcquireOptions {
+    // The token is a secret: never shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcquireOptions")
+            .field("label", &self.label)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("wait", &self.wait)
+            .finish()
+    }
+}
+
+impl AcquireOptions {
+    /// No option set: the `Redlock`'s label, a fresh token per attempt, its retry policy.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The owner label stored with this lock, instead of the `Redlock`'s
+    /// ([`Builder::owner_label`](crate::Builder::owner_label)): public text that
+    /// [`Redlock::inspect`] shows, at most [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes without
+    /// control characters (checked at acquire: [`InvalidInput::InvalidLabel`](crate::InvalidInput::InvalidLabel)).
+    /// An empty label stores none.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// Your own lock token instead of 128 fresh random bits: 1 to
+    /// [`MAX_TOKEN_LEN`](crate::MAX_TOKEN_LEN) bytes without the separator 0x1f (checked at
+    /// acquire: [`InvalidInput::InvalidToken`](crate::InvalidInput::InvalidToken)).
+    ///
+    /// **Safety rests on it**: whoever knows the token can release and extend the lock, and two
+    /// acquisitions with the same token (and label) are the same holder to every node. It must
+    /// be unguessable (at least 128 random bits) and NEW for every acquisition; a token that
+    /// repeats, or can be guessed, lets another process delete or keep your lock, and mutual
+    /// exclusion is lost. Use it to carry an identifier you already generate that way (a job's
+    /// random id), not a name. Every attempt of one acquire uses it; a failed attempt's
+    /// clean-up is then never resent late (it could delete the next attempt's key), so a node
+    /// that missed it keeps our own value until its TTL. (Waiters of the same `Redlock` may then
+    /// notice this lock's release by their fallback timer rather than at once: a failed
+    /// attempt's value is kept quiet for them for 10 s.)
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Retry until `wait` has passed instead of for the policy's number of attempts, exactly as
+    /// [`Redlock::acquire_with`]: `Duration::ZERO` makes one attempt (then
+    /// [`Error::Contended`] when the lock is held), `Duration::MAX` waits without a limit.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Checks the options and puts them into `req`.
+    pub(crate) fn apply(&self, req: &mut crate::redlock::Request) -> Result<()> {
+        if let Some(label) = &self.label {
+            crate::owner::check_label(label)?;
+            req.label = label.clone();
+        }
+        if let Some(token) = &self.token {
+            crate::owner::check_token(token)?;
+            req.token = Some(token.clone());
+        }
+        Ok(())
+    }
+}
+
 impl Drop for Lock {
     fn drop(&mut self) {
         if !self.released {
@@ -264,7 +363,44 @@ impl Redlock {
     /// current attempt may have set, on every node (the release is queued behind that node's
     /// `SET` on the same connection, so it lands after it). Nothing stays locked for a TTL.
     pub async fn acquire(&self, resources: impl Resources, ttl: Duration) -> Result<Lock> {
-        self.acquire_inner(resources.into_names(), ttl, self.inner.retry, None)
+        self.acquire_inner(
+            resources.into_names(),
+            ttl,
+            self.inner.retry,
+            &AcquireOptions::new(),
+        )
+        .await
+    }
+
+    /// Like [`acquire`](Self::acquire), with per-call [`AcquireOptions`]: an owner label of its
+    /// own, a custom token, a time bound on waiting instead of the retry count.
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: fredlock::Redlock) -> Result<(), fredlock::Error> {
+    /// use std::time::Duration;
+    /// use fredlock::AcquireOptions;
+    ///
+    /// let options = AcquireOptions::new()
+    ///     .label("nightly backup, run 1842")
+    ///     .wait(Duration::from_secs(10));
+    /// let lock = redlock.acquire_using("backup", Duration::from_secs(60), &options).await?;
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Errors: those of [`acquire`](Self::acquire) (of [`acquire_with`](Self::acquire_with)
+    /// with a `wait`); [`InvalidInput::InvalidLabel`](crate::InvalidInput::InvalidLabel) and
+    /// [`InvalidInput::InvalidToken`](crate::InvalidInput::InvalidToken) at once, before anything
+    /// is sent.
+    ///
+    /// Cancellation: as for [`acquire`](Self::acquire).
+    pub async fn acquire_using(
+        &self,
+        resources: impl Resources,
+        ttl: Duration,
+        options: &AcquireOptions,
+    ) -> Result<Lock> {
+        self.acquire_inner(resources.into_names(), ttl, self.inner.retry, options)
             .await
     }
 
@@ -282,7 +418,8 @@ impl Redlock {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Lock> {
-        self.acquire_inner(resources.into_names(), ttl, self.inner.retry, Some(wait))
+        let options = AcquireOptions::new().wait(wait);
+        self.acquire_inner(resources.into_names(), ttl, self.inner.retry, &options)
             .await
     }
 
@@ -296,7 +433,12 @@ impl Redlock {
         ttl: Duration,
     ) -> Result<Option<Lock>> {
         match self
-            .acquire_inner(resources.into_names(), ttl, Retry::once(), None)
+            .acquire_inner(
+                resources.into_names(),
+                ttl,
+                Retry::once(),
+                &AcquireOptions::new(),
+            )
             .await
         {
             Ok(lock) => Ok(Some(lock)),
@@ -310,11 +452,15 @@ impl Redlock {
         names: Vec<String>,
         ttl: Duration,
         retry: Retry,
-        wait: Option<Duration>,
+        options: &AcquireOptions,
     ) -> Result<Lock> {
-        let req = self.request(names, ttl).inspect_err(|_| {
+        let mut req = self.request(names, ttl).inspect_err(|_| {
             crate::metrics::acquired("invalid", Duration::ZERO);
         })?;
+        options.apply(&mut req).inspect_err(|_| {
+            crate::metrics::acquired("invalid", Duration::ZERO);
+        })?;
+        let wait = options.wait;
         let span = tracing::debug_span!(
             "fredlock.acquire",
             resources = ?req.resources,

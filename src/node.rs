@@ -86,11 +86,17 @@ impl Drop for Node {
     }
 }
 
-/// Lock keys and the owner token, shared by every per-node command of one lock.
+/// Lock keys and the stored value, shared by every per-node command of one lock.
 #[derive(Debug)]
 pub(crate) struct Held {
     pub(crate) keys: Vec<String>,
-    pub(crate) token: String,
+    /// What every key holds and every script compares: the secret token, then the separator
+    /// and the owner label (see `owner`). Unique per acquisition attempt, unless the caller
+    /// gave the token (`custom`).
+    pub(crate) value: String,
+    /// The caller chose the token: it may repeat across this acquire's attempts, so a failed
+    /// attempt's clean-up must never be resent late (see `Inner::release_unawaited`).
+    pub(crate) custom: bool,
     /// The resource names (for error messages; never sent).
     pub(crate) resources: Vec<String>,
     /// With fencing: each key's counter key, in the same order; empty otherwise.
@@ -98,6 +104,16 @@ pub(crate) struct Held {
 }
 
 impl Held {
+    /// The secret token part of the value.
+    pub(crate) fn token(&self) -> &str {
+        crate::owner::split(&self.value).0
+    }
+
+    /// The owner label part of the value (`None`: none stored).
+    pub(crate) fn label(&self) -> Option<&str> {
+        crate::owner::split(&self.value).1
+    }
+
     /// The keys at positions `idx` (one hash slot's share of a multi-resource lock).
     fn subset(&self, idx: &[usize]) -> Held {
         let pick = |v: &[String]| -> Vec<String> {
@@ -109,7 +125,8 @@ impl Held {
         };
         Held {
             keys: pick(&self.keys),
-            token: self.token.clone(),
+            value: self.value.clone(),
+            custom: self.custom,
             resources: pick(&self.resources),
             fence_keys: if self.fence_keys.is_empty() {
                 Vec::new()
@@ -141,7 +158,8 @@ pub(crate) struct SlotRequest {
     pub(crate) slot_keys: Vec<String>,
     /// With fencing: their counters in the same order; empty otherwise.
     pub(crate) fence_keys: Vec<String>,
-    pub(crate) token: String,
+    /// The value to store (see [`Held::value`]).
+    pub(crate) value: String,
     pub(crate) ttl_ms: u64,
 }
 
@@ -349,8 +367,8 @@ impl Node {
         args.push(Value::from(release.body));
         args.push(Value::Integer(held.keys.len() as i64));
         args.extend(held.keys.iter().map(|k| Value::from(k.as_str())));
-        args.push(Value::from(held.token.as_str()));
-        Box::pin(shards.call("EVAL", first, args, timeout, Some(&held.token))).await
+        args.push(Value::from(held.value.as_str()));
+        Box::pin(shards.call("EVAL", first, args, timeout, Some(&held.value))).await
     }
 
     /// A script over `held`'s keys with ARGV = token (and `extra`).
@@ -366,7 +384,7 @@ impl Node {
             args.push(Value::from(first));
             args.push(Value::Integer(held.keys.len() as i64));
             args.extend(held.keys.iter().map(|k| Value::from(k.as_str())));
-            args.push(Value::from(held.token.as_str()));
+            args.push(Value::from(held.value.as_str()));
             if let Some(x) = extra {
                 args.push(Value::Integer(x as i64));
             }
@@ -407,12 +425,12 @@ impl Node {
         if let Err(e) = self.state.counts() {
             return Acquired::plain(Vote::Failed(e));
         }
-        let _running = self.inflight(&held.token);
+        let _running = self.inflight(&held.value);
         match &self.backend {
             Backend::Server(_) => self.acquire_here(&held, ttl_ms, timeout).await,
             Backend::Cluster(_) => {
                 let here = self.acquire_here(&held, ttl_ms, timeout);
-                Box::pin(crate::cluster::creating(&held.token, here)).await
+                Box::pin(crate::cluster::creating(&held.value, here)).await
             }
         }
     }
@@ -498,7 +516,7 @@ impl Node {
             let client = client.with_options(&options(timeout));
             let set = client.set::<Value, _, _>(
                 key.as_str(),
-                held.token.as_str(),
+                held.value.as_str(),
                 Some(Expiration::PX(ttl_ms as i64)),
                 Some(SetOptions::NX),
                 false,
@@ -508,7 +526,7 @@ impl Node {
         } else if let [key] = held.keys.as_slice() {
             let args = vec![
                 Value::from(key.as_str()),
-                Value::from(held.token.as_str()),
+                Value::from(held.value.as_str()),
                 Value::from("PX"),
                 Value::Integer(ttl_ms as i64),
                 Value::from("NX"),
@@ -532,7 +550,7 @@ impl Node {
             .map(String::as_str)
             .collect();
         let argv = [
-            Value::from(held.token.as_str()),
+            Value::from(held.value.as_str()),
             Value::Integer(ttl_ms as i64),
         ];
         let reply = self
@@ -578,12 +596,12 @@ impl Node {
         if let Err(e) = self.state.counts() {
             return Slot::Failed(e);
         }
-        let _running = self.inflight(&req.token);
+        let _running = self.inflight(&req.value);
         match &self.backend {
             Backend::Server(_) => self.take_slot_here(&req, timeout).await,
             Backend::Cluster(_) => {
                 let here = self.take_slot_here(&req, timeout);
-                Box::pin(crate::cluster::creating(&req.token, here)).await
+                Box::pin(crate::cluster::creating(&req.value, here)).await
             }
         }
     }
@@ -597,7 +615,7 @@ impl Node {
             .collect();
         let fenced = if req.fence_keys.is_empty() { "0" } else { "1" };
         let argv = [
-            Value::from(req.token.as_str()),
+            Value::from(req.value.as_str()),
             Value::Integer(req.ttl_ms as i64),
             Value::Integer(req.slot_keys.len() as i64),
             Value::from(fenced),
@@ -767,7 +785,7 @@ impl Node {
                 }
                 args.push(Value::Integer(ttl_ms as i64));
                 for part in parts {
-                    let token = batch[part.0].held.token.as_str();
+                    let token = batch[part.0].held.value.as_str();
                     args.extend((0..count(part)).map(|_| Value::from(token)));
                 }
                 args
@@ -848,12 +866,40 @@ impl Node {
         let scripts = crate::scripts::Scripts::get();
         let held = Held {
             keys: vec![key],
-            token: String::new(),
+            value: String::new(),
+            custom: false,
             resources: Vec::new(),
             fence_keys: Vec::new(),
         };
         // INSPECT takes no ARGV, but `script` always appends the token; Redis ignores it.
         let reply = self.script(&scripts.inspect, &held, None, timeout).await;
+        reply::holder(&self.name, reply)
+    }
+
+    /// Deletes `key` here whoever holds it, and says what it held: `Some((value, pttl_ms))`, or
+    /// `None` when there was no key. Publishes the value with wake-ups (as a release does).
+    pub(crate) async fn force_delete(
+        self: Arc<Self>,
+        key: String,
+        timeout: Duration,
+    ) -> Result<Option<(String, i64)>, NodeError> {
+        if let Err(e) = self.state.counts() {
+            if e.kind == NodeErrorKind::Duplicate {
+                return Err(e);
+            }
+        }
+        let scripts = crate::scripts::Scripts::get();
+        let held = Held {
+            keys: vec![key],
+            value: String::new(),
+            custom: false,
+            resources: Vec::new(),
+            fence_keys: Vec::new(),
+        };
+        let publish = u64::from(self.wake);
+        let reply = self
+            .script(&scripts.force_break, &held, Some(publish), timeout)
+            .await;
         reply::holder(&self.name, reply)
     }
 
@@ -944,7 +990,8 @@ mod future_size {
         let node = Arc::new(Node::from_url(0, "redis://127.0.0.1:1", servers).expect("node"));
         let held = Arc::new(Held {
             keys: vec!["a".into()],
-            token: "t".into(),
+            value: "t".into(),
+            custom: false,
             resources: Vec::new(),
             fence_keys: Vec::new(),
         });

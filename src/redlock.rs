@@ -35,6 +35,9 @@ pub(crate) struct Inner {
     pub(crate) drift_factor: f64,
     pub(crate) node_timeout: Option<Duration>,
     pub(crate) key_prefix: String,
+    /// The owner label stored with every lock that does not name its own (validated; empty:
+    /// none).
+    pub(crate) label: String,
     /// Hand out fencing tokens with every lock (one counter per resource on every node).
     pub(crate) fencing: bool,
     /// Releases spawned from drop paths that may not have reached fred's queues yet.
@@ -208,6 +211,20 @@ pub(crate) struct Request {
     pub(crate) ttl_ms: u64,
     pub(crate) validity: Duration,
     pub(crate) timeout: Duration,
+    /// The owner label to store (validated; empty: none).
+    pub(crate) label: String,
+    /// The caller's token (validated), used by every attempt; `None`: a fresh one per attempt.
+    pub(crate) token: Option<String>,
+}
+
+impl Request {
+    /// The value one attempt stores, and whether its token is the caller's.
+    pub(crate) fn value(&self) -> (String, bool) {
+        match &self.token {
+            Some(token) => (crate::owner::value(token, &self.label), true),
+            None => (crate::owner::value(&new_token(), &self.label), false),
+        }
+    }
 }
 
 /// Why one attempt did not produce a lock.
@@ -366,14 +383,18 @@ impl Redlock {
             ttl_ms,
             validity,
             timeout: self.inner.node_timeout(ttl),
+            label: self.inner.label.clone(),
+            token: None,
         })
     }
 
-    /// One Redlock attempt with a fresh token.
+    /// One Redlock attempt with a fresh token (or the caller's).
     pub(crate) async fn attempt(&self, req: &Request) -> std::result::Result<Grant, Failure> {
+        let (value, custom) = req.value();
         let held = Arc::new(Held {
             keys: req.keys.clone(),
-            token: new_token(),
+            value,
+            custom,
             resources: req.resources.clone(),
             fence_keys: req.fence_keys.clone(),
         });
@@ -503,7 +524,7 @@ impl Inner {
         // waiters (the lock is held elsewhere, and a waiter would wake itself with its own
         // clean-up, retrying in a tight loop). Other processes still hear them.
         if let Some(wake) = &self.wake {
-            wake.own_cleanup(&held.token);
+            wake.own_cleanup(&held.value);
         }
         let timeout = self.release_timeout();
         let mut failed = Vec::new();
@@ -517,6 +538,15 @@ impl Inner {
                 std::task::Poll::Ready(_) => {}
                 std::task::Poll::Pending => late.push((i, call)),
             }
+        }
+        // A caller's token is the same in every attempt of one acquire: a clean-up resent late
+        // could delete what the NEXT attempt set. Not resent, the worst a failed clean-up leaves
+        // is a key holding our own value until its TTL, which later attempts are refused by
+        // (never granted by) and which this lock's extend and release treat as its own. (The
+        // releases already sent still run; only their answers go unread.)
+        if held.custom {
+            failed.clear();
+            late.clear();
         }
         background::finish_release(self, held, failed, late, ttl);
     }
@@ -565,7 +595,7 @@ impl Inner {
                 let mut round = std::pin::pin!(round);
                 // The first poll hands the release to every node's connection.
                 let first = futures::poll!(round.as_mut());
-                wake.released(key, &held.token);
+                wake.released(key, &held.value);
                 match first {
                     std::task::Poll::Ready(votes) => votes,
                     std::task::Poll::Pending => round.await,

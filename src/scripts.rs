@@ -109,6 +109,22 @@ const INSPECT: &str = r#"
 return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
 "#;
 
+/// Break a lock by force, whoever holds it (an operator's `fredlock break`): read the value and
+/// its TTL, delete the key, and with wake-ups publish the value as a release would, so that
+/// waiters retry at once.
+/// KEYS[1]: the lock key. ARGV[1]: ignored. ARGV[2]: 1 to publish. Reply: `[value or nil, pttl]`
+/// as [`INSPECT`], of what was deleted. A key of another type is no lock: GET fails with
+/// WRONGTYPE and nothing is deleted.
+const BREAK: &str = r#"
+local v = redis.call('GET', KEYS[1])
+local t = redis.call('PTTL', KEYS[1])
+if v then
+  redis.call('DEL', KEYS[1])
+  if ARGV[2] == '1' then redis.call('PUBLISH', KEYS[1], v) end
+end
+return {v, t}
+"#;
+
 /// Acquire several keys at once, all or none, and read each key's fencing counter in the same
 /// script, so that a grant never lacks its counter.
 /// KEYS[1..n]: the lock keys, KEYS[n+1..2n]: their counters. ARGV[1]: token, ARGV[2]: TTL in ms.
@@ -231,6 +247,7 @@ pub(crate) struct Scripts {
     pub(crate) release: Script,
     pub(crate) release_wake: Script,
     pub(crate) inspect: Script,
+    pub(crate) force_break: Script,
     pub(crate) acquire_fenced: Script,
     pub(crate) fence_raise: Script,
     pub(crate) sem_acquire: Script,
@@ -247,6 +264,9 @@ impl Scripts {
             release: Script::eval_only(RELEASE),
             release_wake: Script::eval_only(RELEASE_WAKE),
             inspect: Script::new(INSPECT),
+            // A deletion is sent whole, like a release: a late NOSCRIPT resend could delete a
+            // NEWER holder's key.
+            force_break: Script::eval_only(BREAK),
             // Acquires are EVAL-only, for the reason given at the top of this file.
             acquire_fenced: Script::eval_only(ACQUIRE_FENCED),
             fence_raise: Script::new(FENCE_RAISE),

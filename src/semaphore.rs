@@ -220,18 +220,20 @@ impl Semaphore {
         } else {
             Vec::new()
         };
-        let token = new_token();
+        // The Redlock's owner label, stored with the permit like a lock's.
+        let value = crate::owner::value(&new_token(), &inner.label);
         let req = Arc::new(SlotRequest {
             meta_key: self.meta_key(),
             slot_keys: slot_keys.clone(),
             fence_keys,
-            token: token.clone(),
+            value: value.clone(),
             ttl_ms,
         });
         // Armed until settled: a dropped attempt releases our token from every slot, everywhere.
         let all_slots = Arc::new(Held {
             keys: slot_keys.clone(),
-            token: token.clone(),
+            value: value.clone(),
+            custom: false,
             resources: vec![self.name.clone()],
             fence_keys: Vec::new(),
         });
@@ -302,7 +304,8 @@ impl Semaphore {
                 inner.release_unawaited(&others, strays, ttl).await;
                 let held = Arc::new(Held {
                     keys: vec![slot_keys[position].clone()],
-                    token,
+                    value,
+                    custom: false,
                     resources: vec![self.slot_resource(slot)],
                     fence_keys: Vec::new(),
                 });
@@ -348,7 +351,7 @@ impl Semaphore {
         Ok(self.inspect().await?.held())
     }
 
-    /// Every slot, node by node: holder token and TTL. One read per node, waiting for every
+    /// Every slot, node by node: holder label, token fingerprint and TTL. One read per node, waiting for every
     /// node (each bounded by the per-node timeout, default 500 ms).
     ///
     /// Cancellation: safe (read-only).
@@ -376,12 +379,9 @@ impl Semaphore {
                     .map(|(answer, node)| NodeView {
                         node: node.name.clone(),
                         state: match answer {
-                            Some(Ok(values)) => {
-                                Ok(values[slot].clone().map(|(token, pttl)| Holder {
-                                    token,
-                                    ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-                                }))
-                            }
+                            Some(Ok(values)) => Ok(values[slot]
+                                .as_ref()
+                                .map(|(value, pttl)| Holder::from_value(value, *pttl))),
                             Some(Err(e)) => Err(e.clone()),
                             None => Err(NodeError {
                                 node: node.name.clone(),
@@ -459,7 +459,8 @@ fn slot_votes(answers: &[Option<Slot>], winner: Option<usize>) -> Votes {
 fn clone_held(h: &Held) -> Held {
     Held {
         keys: h.keys.clone(),
-        token: h.token.clone(),
+        value: h.value.clone(),
+        custom: h.custom,
         resources: h.resources.clone(),
         fence_keys: h.fence_keys.clone(),
     }
@@ -492,9 +493,19 @@ impl Permit {
         &self.lock
     }
 
-    /// The owner token.
+    /// The secret owner token (see [`Lock::token`]).
     pub fn token(&self) -> &str {
         self.lock.token()
+    }
+
+    /// The owner label stored with the permit (the `Redlock`'s; see [`Lock::label`]).
+    pub fn label(&self) -> Option<&str> {
+        self.lock.label()
+    }
+
+    /// The token's public fingerprint (see [`Lock::fingerprint`]).
+    pub fn fingerprint(&self) -> String {
+        self.lock.fingerprint()
     }
 
     /// When the permit must be considered lost (see [`Lock::deadline`]).

@@ -121,7 +121,7 @@ async fn held_everywhere(redlock: &Redlock, resource: &str, token: &str) -> bool
         let seen = redlock.inspect(resource).await.expect("inspect");
         seen.nodes
             .iter()
-            .all(|n| matches!(&n.state, Ok(Some(h)) if h.token == token))
+            .all(|n| matches!(&n.state, Ok(Some(h)) if h.has_token(token)))
     })
     .await
 }

@@ -33,7 +33,7 @@ impl Checker {
         for (i, n) in inspection.nodes.iter().enumerate() {
             match &n.state {
                 _ if !eligible.get(i).copied().unwrap_or(false) => unknown += 1,
-                Ok(Some(h)) if h.token == token => present += 1,
+                Ok(Some(h)) if h.has_token(token) => present += 1,
                 Ok(_) => {}
                 Err(_) => unknown += 1,
             }
@@ -69,10 +69,10 @@ impl Checker {
             }
             let absent_before = match &b.state {
                 Ok(None) => true,
-                Ok(Some(h)) => h.token != token,
+                Ok(Some(h)) => !h.has_token(token),
                 Err(_) => false,
             };
-            let present_after = matches!(&a.state, Ok(Some(h)) if h.token == token);
+            let present_after = matches!(&a.state, Ok(Some(h)) if h.has_token(token));
             if absent_before && present_after {
                 let detail = format!(
                     "{what}: token {token} of {} absent on node {i} ({}) before, present after: before [{}] after [{}]",
@@ -102,10 +102,10 @@ impl Checker {
             if !eligible.get(i).copied().unwrap_or(false) {
                 continue;
             }
-            let present_before = matches!(&b.state, Ok(Some(h)) if h.token == token);
+            let present_before = matches!(&b.state, Ok(Some(h)) if h.has_token(token));
             let gone_after = match &a.state {
                 Ok(None) => true,
-                Ok(Some(h)) => h.token != token,
+                Ok(Some(h)) => !h.has_token(token),
                 Err(_) => false,
             };
             if present_before && gone_after {
@@ -155,16 +155,12 @@ fn describe_inspection(i: &Inspection, ours: &str) -> String {
         .enumerate()
         .map(|(n, v)| match &v.state {
             Ok(None) => format!("{n}: -"),
-            Ok(Some(h)) if h.token == ours => format!("{n}: OURS({:?})", h.ttl),
-            Ok(Some(h)) => format!("{n}: {}({:?})", short(&h.token), h.ttl),
+            Ok(Some(h)) if h.has_token(ours) => format!("{n}: OURS({:?})", h.ttl),
+            Ok(Some(h)) => format!("{n}: {}({:?})", h.fingerprint, h.ttl),
             Err(e) => format!("{n}: ERR {:?}", e.kind),
         })
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn short(token: &str) -> &str {
-    token.get(..8).unwrap_or(token)
 }
 
 #[cfg(test)]

@@ -67,10 +67,7 @@ pub(super) fn inspection(states: Vec<Result<Option<&str>, ()>>) -> Inspection {
             .map(|(i, s)| NodeView {
                 node: format!("n{i}"),
                 state: match s {
-                    Ok(t) => Ok(t.map(|t| Holder {
-                        token: t.into(),
-                        ttl: Some(ms(100)),
-                    })),
+                    Ok(t) => Ok(t.map(|t| Holder::from_value(t, 100))),
                     Err(()) => Err(NodeError {
                         node: format!("n{i}"),
                         kind: NodeErrorKind::Timeout,

@@ -313,7 +313,7 @@ fn check_nodes(
     super::check_quorum(redlock, before, "a lock")?;
     if let Some(token) = before.holder().filter(|_| p.locked) {
         // Typically left by an earlier run that was killed while holding it.
-        let left = before.remaining(token).unwrap_or(demo.ttl);
+        let left = before.remaining(&token.fingerprint).unwrap_or(demo.ttl);
         println!(
             "note: the lock is held right now (by an earlier run?); the workers will wait up to {:.1} s for it to expire\n",
             left.as_secs_f64()

@@ -310,7 +310,7 @@ fn check_nodes(demo: &Demo, redlock: &Redlock, before: &Inspection) -> Result<()
     super::check_quorum(redlock, before, "an election")?;
     if let Some(token) = before.holder() {
         // Typically left by an earlier run whose leader was killed.
-        let left = before.remaining(token).unwrap_or(demo.ttl);
+        let left = before.remaining(&token.fingerprint).unwrap_or(demo.ttl);
         println!(
             "note: the election's lock is held right now (by an earlier run?); nobody can lead for \
              the {:.1} s it has left\n",

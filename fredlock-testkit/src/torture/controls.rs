@@ -132,7 +132,7 @@ impl ControlEnv {
         Ok(i.nodes
             .iter()
             .enumerate()
-            .filter(|(_, n)| matches!(&n.state, Ok(Some(h)) if h.token == token))
+            .filter(|(_, n)| matches!(&n.state, Ok(Some(h)) if h.has_token(token)))
             .map(|(i, _)| i)
             .collect())
     }

@@ -106,7 +106,7 @@ impl CleanupProbe {
         };
         checker.count_check("S6 clean-up");
         let held = |i: &Inspection, n: usize| match &i.nodes[n].state {
-            Ok(Some(h)) => Some(h.token.clone()),
+            Ok(Some(h)) => Some(h.fingerprint.clone()),
             _ => None,
         };
         let suspects: Vec<usize> = (0..first.nodes.len())

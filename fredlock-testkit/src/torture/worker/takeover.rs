@@ -140,7 +140,7 @@ impl TakeoverProbe {
             let seen: Vec<bool> = i
                 .nodes
                 .iter()
-                .map(|n| matches!(&n.state, Ok(Some(h)) if h.token == token))
+                .map(|n| matches!(&n.state, Ok(Some(h)) if h.has_token(token)))
                 .collect();
             let absent = i.nodes.iter().any(|n| matches!(&n.state, Ok(None)));
             if !absent || Instant::now() >= settle_until {
@@ -230,7 +230,7 @@ impl TakeoverProbe {
         what: &str,
     ) {
         for (i, (b, a)) in before.nodes.iter().zip(&after.nodes).enumerate() {
-            let planted = matches!(&b.state, Ok(Some(h)) if h.token == foreign);
+            let planted = matches!(&b.state, Ok(Some(h)) if h.has_token(foreign));
             if !planted || !eligible[i] {
                 continue;
             }
@@ -241,7 +241,15 @@ impl TakeoverProbe {
                     i,
                     key,
                     foreign,
-                    found.as_ref().map(|h| (h.token.as_str(), h.ttl)),
+                    // Inspections show fingerprints: the planted value where it matches.
+                    found.as_ref().map(|h| {
+                        let seen = if h.has_token(foreign) {
+                            foreign
+                        } else {
+                            h.fingerprint.as_str()
+                        };
+                        (seen, h.ttl)
+                    }),
                     Duration::from_secs(20),
                 ),
             }
@@ -256,7 +264,7 @@ fn holders(b: &Inspection, eligible: &[bool], token: &str) -> usize {
         .enumerate()
         .filter(|(i, n)| match &n.state {
             _ if !eligible[*i] => true,
-            Ok(Some(h)) => h.token == token,
+            Ok(Some(h)) => h.has_token(token),
             Ok(None) => false,
             Err(_) => true,
         })

@@ -1,0 +1,344 @@
+//! `fredlock`: a Redlock over independent Redis nodes, from the shell.
+//!
+//! A thin layer over the library: `run` is flock(1) for a fleet (a lock kept alive while a
+//! command runs), `leader` runs a command only while elected, `inspect` and `break` are for
+//! operators, `health` checks what the Redlock safety argument assumes of the nodes.
+#![deny(unsafe_code)]
+
+mod child;
+mod duration;
+mod health;
+mod run;
+mod show;
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use fredlock::{Error, Redlock};
+
+/// Exit codes, documented in `--help` and the README.
+pub mod exit {
+    /// Success.
+    pub const OK: i32 = 0;
+    /// `health`: degraded; `break`: a node did not answer (it may still hold the key).
+    pub const DEGRADED: i32 = 1;
+    /// `health`: fewer than a quorum of distinct servers reachable.
+    pub const NO_QUORUM: i32 = 2;
+    /// Bad usage or input: unknown option, no nodes, a bad URL, label or duration, `break`
+    /// without `--yes`.
+    pub const USAGE: i32 = 64;
+    /// The nodes are unavailable: too few answered to form a quorum.
+    pub const UNAVAILABLE: i32 = 69;
+    /// An unexpected failure inside fredlock.
+    pub const SOFTWARE: i32 = 70;
+    /// The lock is held by someone else (`--no-wait`, or `--wait` ran out). Change it with
+    /// `--conflict-exit-code`.
+    pub const CONFLICT: i32 = 75;
+    /// The lock was lost while CMD ran; CMD was stopped.
+    pub const LOST: i32 = 76;
+    /// CMD is not executable.
+    pub const NOT_EXECUTABLE: i32 = 126;
+    /// CMD was not found.
+    pub const NOT_FOUND: i32 = 127;
+}
+
+const EXIT_CODES: &str = "\
+EXIT CODES:
+  run, leader  CMD's own exit code; 128+N when CMD was killed by signal N
+  0            success (inspect, break: every node answered)
+  1            health: degraded (a node down, or a warning); break: a node did not answer
+  2            health: no quorum of distinct servers reachable
+  64           bad usage or input (no nodes, bad URL, label or duration; break without --yes)
+  69           nodes unavailable: too few answered to form a quorum
+  70           internal error
+  75           run: the lock is held by someone else (--no-wait, or --wait ran out);
+               --conflict-exit-code changes it
+  76           run: the lock was lost while CMD ran (CMD got SIGTERM, then SIGKILL)
+  126, 127     CMD is not executable, or was not found
+
+ENVIRONMENT:
+  FREDLOCK_NODES   node URLs, comma-separated (as --nodes)
+  FREDLOCK_PREFIX  key prefix (as --prefix)
+  FREDLOCK_LABEL   owner label (as --label)";
+
+/// A quorum lock over independent Redis or Valkey nodes, from the shell.
+#[derive(Parser, Debug)]
+#[command(name = "fredlock", version, about, after_help = EXIT_CODES)]
+struct Cli {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Debug)]
+struct Common {
+    /// The nodes: independent servers (not replicas of one another), as URLs.
+    #[arg(
+        long,
+        env = "FREDLOCK_NODES",
+        value_delimiter = ',',
+        global = true,
+        value_name = "URL,URL,..."
+    )]
+    nodes: Vec<String>,
+    /// Prefix of every lock key.
+    #[arg(
+        long,
+        env = "FREDLOCK_PREFIX",
+        default_value = "fredlock:",
+        global = true
+    )]
+    prefix: String,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run CMD while holding the lock NAME, like flock(1) for a whole fleet.
+    ///
+    /// The lock is kept alive while CMD runs and released when it exits; CMD's exit code
+    /// becomes fredlock's. If the lock is lost, CMD gets SIGTERM, then SIGKILL after
+    /// --kill-after. SIGTERM, SIGHUP (and SIGINT, SIGQUIT unless sent by the terminal, which
+    /// already reached CMD) are passed on to CMD. On Linux, CMD is killed if fredlock dies.
+    Run(RunArgs),
+    /// Run CMD only while this process is the elected leader of NAME.
+    ///
+    /// CMD starts when this process wins, is stopped (SIGTERM, then SIGKILL after
+    /// --kill-after) when it loses, and the campaign goes on. When CMD exits by itself,
+    /// fredlock resigns and exits with CMD's code.
+    Leader(LeaderArgs),
+    /// Show who holds NAME on each node: owner label, token fingerprint, TTL left, verdict.
+    Inspect(InspectArgs),
+    /// Delete NAME's lock on every node, whoever holds it, and show what was deleted.
+    Break(BreakArgs),
+    /// Check every node: reachable, round trip, version, duplicates, persistence, eviction
+    /// policy, replicas, clock spread.
+    Health(HealthArgs),
+}
+
+#[derive(Args, Debug)]
+struct LockArgs {
+    /// Lock TTL; the lock is extended while CMD runs (e.g. 30s, 1m30s, 500ms).
+    #[arg(long, default_value = "30s", value_parser = duration::parse)]
+    ttl: Duration,
+    /// Owner label stored with the lock, shown by `inspect` (default: host:pid).
+    #[arg(long, env = "FREDLOCK_LABEL")]
+    label: Option<String>,
+    /// After SIGTERM, how long CMD has to exit before SIGKILL.
+    #[arg(long, default_value = "5s", value_parser = duration::parse)]
+    kill_after: Duration,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    #[command(flatten)]
+    lock: LockArgs,
+    /// Wait at most this long for the lock (default: without a limit).
+    #[arg(long, value_parser = duration::parse, conflicts_with = "no_wait")]
+    wait: Option<Duration>,
+    /// One attempt: if the lock is held, exit at once with the conflict code.
+    #[arg(long)]
+    no_wait: bool,
+    /// Exit code when the lock is held by someone else.
+    #[arg(long, default_value_t = exit::CONFLICT, value_parser = clap::value_parser!(i32).range(0..=255))]
+    conflict_exit_code: i32,
+    /// The lock's name.
+    name: String,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    cmd: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+struct LeaderArgs {
+    #[command(flatten)]
+    lock: LockArgs,
+    /// The election's name.
+    name: String,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    cmd: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+struct InspectArgs {
+    /// The lock's name.
+    name: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct BreakArgs {
+    /// The lock's name.
+    name: String,
+    /// Really break it (a live holder keeps working until its next extension fails).
+    #[arg(long)]
+    yes: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct HealthArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Per-node bound on each check.
+    #[arg(long, default_value = "2s", value_parser = duration::parse)]
+    timeout: Duration,
+}
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            };
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    };
+    // One thread: CMD is spawned from it, so that Linux's parent-death signal (tied to the
+    // spawning thread) fires only when fredlock itself exits.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("fredlock: cannot start the async runtime: {e}");
+            std::process::exit(exit::SOFTWARE);
+        }
+    };
+    let code = runtime.block_on(dispatch(cli));
+    std::process::exit(code);
+}
+
+async fn dispatch(cli: Cli) -> i32 {
+    let Cli { common, command } = cli;
+    match command {
+        Command::Run(args) => {
+            let wait = if args.no_wait {
+                Duration::ZERO
+            } else {
+                args.wait.unwrap_or(Duration::MAX)
+            };
+            let Some(redlock) = connect(&common, args.lock.label.as_deref()).await else {
+                return exit::USAGE;
+            };
+            let code = run::run(
+                &redlock,
+                run::RunOptions {
+                    name: args.name,
+                    ttl: args.lock.ttl,
+                    wait,
+                    kill_after: args.lock.kill_after,
+                    conflict: args.conflict_exit_code,
+                    cmd: args.cmd,
+                },
+            )
+            .await;
+            redlock.close().await;
+            code
+        }
+        Command::Leader(args) => {
+            let Some(redlock) = connect(&common, args.lock.label.as_deref()).await else {
+                return exit::USAGE;
+            };
+            let code = run::leader(
+                &redlock,
+                &args.name,
+                args.lock.ttl,
+                args.lock.kill_after,
+                &args.cmd,
+            )
+            .await;
+            redlock.close().await;
+            code
+        }
+        Command::Inspect(args) => {
+            let Some(redlock) = connect(&common, None).await else {
+                return exit::USAGE;
+            };
+            let code = show::inspect(&redlock, &args.name, args.json).await;
+            redlock.close().await;
+            code
+        }
+        Command::Break(args) => {
+            if !args.yes {
+                eprintln!(
+                    "fredlock: not breaking {:?} without --yes: its holder may still be working, and \
+                     breaking lets another process in at the same time. See who holds it with \
+                     `fredlock inspect {}`, then run `fredlock break {} --yes`.",
+                    args.name, args.name, args.name
+                );
+                return exit::USAGE;
+            }
+            let Some(redlock) = connect(&common, None).await else {
+                return exit::USAGE;
+            };
+            let code = show::force_break(&redlock, &args.name, args.json).await;
+            redlock.close().await;
+            code
+        }
+        Command::Health(args) => {
+            let Some(urls) = node_urls(&common) else {
+                return exit::USAGE;
+            };
+            health::health(&urls, &common.prefix, args.timeout, args.json).await
+        }
+    }
+}
+
+/// The node URLs, or `None` after saying how to give them.
+fn node_urls(common: &Common) -> Option<Vec<String>> {
+    let urls: Vec<String> = common
+        .nodes
+        .iter()
+        .map(|u| u.trim().to_string())
+        .filter(|u| !u.is_empty())
+        .collect();
+    if urls.is_empty() {
+        eprintln!("fredlock: no nodes: give --nodes redis://HOST:PORT,redis://HOST:PORT,... or set FREDLOCK_NODES");
+        return None;
+    }
+    Some(urls)
+}
+
+/// A Redlock over the nodes, or `None` after printing why not (bad URL, label, duplicate).
+async fn connect(common: &Common, label: Option<&str>) -> Option<Redlock> {
+    let urls = node_urls(common)?;
+    let mut builder = Redlock::builder()
+        .nodes(urls)
+        .key_prefix(common.prefix.clone());
+    if let Some(label) = label {
+        builder = builder.owner_label(label);
+    }
+    match builder.build().await {
+        Ok(redlock) => Some(redlock),
+        Err(e) => {
+            eprintln!("fredlock: {e}");
+            None
+        }
+    }
+}
+
+/// The exit code for a library error, after printing it.
+pub fn fail(e: &Error) -> i32 {
+    eprintln!("fredlock: {e}");
+    match e {
+        Error::InvalidInput(_) => exit::USAGE,
+        Error::Contended { .. } => exit::CONFLICT,
+        Error::Unavailable { .. } | Error::Connect { .. } | Error::ValidityExpired { .. } => {
+            exit::UNAVAILABLE
+        }
+        _ => exit::SOFTWARE,
+    }
+}

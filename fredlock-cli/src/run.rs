@@ -1,0 +1,204 @@
+//! `fredlock run` and `fredlock leader`: CMD under a kept-alive lock, or under leadership.
+
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use fredlock::{AcquireOptions, Error, Redlock, Verdict};
+
+use crate::child::{self, Signals};
+use crate::duration::show;
+use crate::exit;
+
+/// What `run` was asked.
+pub struct RunOptions {
+    pub name: String,
+    pub ttl: Duration,
+    /// How long to wait for the lock (`ZERO`: one attempt, `MAX`: no limit).
+    pub wait: Duration,
+    pub kill_after: Duration,
+    pub conflict: i32,
+    pub cmd: Vec<OsString>,
+}
+
+/// Acquires, runs CMD with the lock kept alive, releases. Returns the exit code.
+pub async fn run(redlock: &Redlock, o: RunOptions) -> i32 {
+    let mut signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("fredlock: cannot install signal handlers: {e}");
+            return exit::SOFTWARE;
+        }
+    };
+    let options = AcquireOptions::new().wait(o.wait);
+    let terminal = std::io::stderr().is_terminal();
+    let acquired = {
+        let acquire = redlock.acquire_using(o.name.as_str(), o.ttl, &options);
+        tokio::select! {
+            got = acquire => got,
+            // Dropping the acquire releases whatever its attempt may have set.
+            sig = signals.recv() => {
+                clear_line(terminal);
+                return 128 + sig;
+            }
+            () = waiting_display(redlock, &o.name), if terminal && !o.wait.is_zero() => {
+                return exit::SOFTWARE;
+            }
+        }
+    };
+    clear_line(terminal);
+    let lock = match acquired {
+        Ok(lock) => lock,
+        Err(Error::Contended { attempts, .. }) => {
+            let holder = describe_holder(redlock, &o.name).await;
+            let waited = if o.wait.is_zero() {
+                "--no-wait".to_string()
+            } else {
+                format!("gave up after {} ({attempts} attempts)", show(o.wait))
+            };
+            eprintln!("fredlock: {:?} is held {holder}; {waited}", o.name);
+            return o.conflict;
+        }
+        Err(e) => return crate::fail(&e),
+    };
+    let guard = lock.keep_alive();
+    let mut cmd = match child::spawn(&o.cmd) {
+        Ok(c) => c,
+        Err(code) => {
+            if let Err(e) = guard.release().await {
+                eprintln!("fredlock: releasing {:?}: {e}", o.name);
+            }
+            return code;
+        }
+    };
+    loop {
+        tokio::select! {
+            status = cmd.wait() => {
+                if let Err(e) = guard.release().await {
+                    eprintln!("fredlock: CMD finished, but {e}");
+                }
+                return child::code(status);
+            }
+            reason = guard.lost() => {
+                eprintln!(
+                    "fredlock: lock {:?} lost ({reason}); stopping CMD (SIGTERM, SIGKILL after {})",
+                    o.name,
+                    show(o.kill_after)
+                );
+                let status = cmd.stop(o.kill_after).await;
+                eprintln!("fredlock: CMD stopped (exit code {})", child::code(status));
+                return exit::LOST;
+            }
+            sig = signals.recv() => {
+                if child::should_forward(sig) {
+                    cmd.signal(sig);
+                }
+            }
+        }
+    }
+}
+
+/// Campaigns for `name`; runs CMD while leading. Returns the exit code.
+pub async fn leader(
+    redlock: &Redlock,
+    name: &str,
+    ttl: Duration,
+    kill_after: Duration,
+    cmd: &[OsString],
+) -> i32 {
+    let mut signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("fredlock: cannot install signal handlers: {e}");
+            return exit::SOFTWARE;
+        }
+    };
+    let election = match redlock.elect(name, ttl) {
+        Ok(e) => e,
+        Err(e) => return crate::fail(&e),
+    };
+    loop {
+        let term = tokio::select! {
+            term = election.leader() => term,
+            sig = signals.recv() => {
+                election.resign().await;
+                return 128 + sig;
+            }
+        };
+        let mut running = match child::spawn(cmd) {
+            Ok(c) => c,
+            Err(code) => {
+                election.resign().await;
+                return code;
+            }
+        };
+        loop {
+            tokio::select! {
+                status = running.wait() => {
+                    election.resign().await;
+                    return child::code(status);
+                }
+                () = election.term_ended(&term) => {
+                    eprintln!(
+                        "fredlock: lost the leadership of {name:?}; stopping CMD (SIGTERM, SIGKILL after {}), campaigning again",
+                        show(kill_after)
+                    );
+                    let status = running.stop(kill_after).await;
+                    eprintln!("fredlock: CMD stopped (exit code {})", child::code(status));
+                    break;
+                }
+                sig = signals.recv() => {
+                    if child::should_forward(sig) {
+                        running.signal(sig);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// On a terminal, says once a second what `run` waits for. Never returns.
+async fn waiting_display(redlock: &Redlock, name: &str) {
+    loop {
+        let holder = describe_holder(redlock, name).await;
+        let mut err = std::io::stderr().lock();
+        let _ = write!(
+            err,
+            "\r\x1b[2Kfredlock: waiting for {name:?}, held {holder}"
+        );
+        let _ = err.flush();
+        drop(err);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn clear_line(terminal: bool) {
+    if terminal {
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "\r\x1b[2K");
+        let _ = err.flush();
+    }
+}
+
+/// `by "label" (fingerprint ...) for 12.3s more`, or why that is not known.
+async fn describe_holder(redlock: &Redlock, name: &str) -> String {
+    match redlock.inspect(name).await {
+        Ok(seen) => match seen.verdict() {
+            Verdict::Held(h) => {
+                let left = seen
+                    .remaining(&h.fingerprint)
+                    .map_or("without expiry".to_string(), |t| {
+                        format!("for {} more", show(t))
+                    });
+                format!(
+                    "by {} (fingerprint {}) {left}",
+                    crate::show::label(h.label.as_deref()),
+                    h.fingerprint
+                )
+            }
+            Verdict::Free => "by nobody right now".to_string(),
+            _ => "by no one on a quorum (being handed over, or split)".to_string(),
+        },
+        Err(e) => format!("by someone (inspect failed: {e})"),
+    }
+}
