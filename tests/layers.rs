@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
         "slots",
         "waiters",
     ],
-    &["cluster"],
+    &["cluster", "batch"],
     &["node", "quorum"],
     &["background", "pacing", "subscriber"],
     &["redlock"],
