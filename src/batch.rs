@@ -89,13 +89,14 @@ const MAX_RESENDS: u32 = 8;
 
 impl Op {
     /// A release whose caller stopped waiting (a clean-up, a release decided on other nodes)
-    /// and which failed for the connection: today's fred would have written it after the
+    /// and which failed without a server's answer (the connection, a timeout, a call never
+    /// sent): today's fred would have written it after the
     /// reconnect had it still been in fred's buffer, so it is resent (see [`resend`]).
     fn orphaned(&self, answer: &Result<Value, NodeError>) -> bool {
         matches!(self.kind, Kind::Release { .. })
             && self.reply.is_closed()
             && self.resent < MAX_RESENDS
-            && matches!(answer, Err(e) if e.kind == NodeErrorKind::Connection)
+            && matches!(answer, Err(e) if matches!(e.kind, NodeErrorKind::Connection | NodeErrorKind::Timeout | NodeErrorKind::Client))
     }
 }
 
@@ -298,8 +299,37 @@ async fn send_one(
     reply.map_err(|e| state.error(&e))
 }
 
+/// Marks the batcher as gone when its task ends, however it ends (the node closed, or the
+/// runtime that ran it shut down, dropping it mid-batch): the next operation queued starts a
+/// new one on its own runtime, and callers still waiting for a queued operation are answered
+/// with an error rather than left waiting (releases nobody waits for stay queued for it).
+struct Running(Arc<Shared>, String);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let waiting = {
+            let mut q = lock(&self.0.queue);
+            q.started = false;
+            q.batch = false;
+            let (waiting, orphans) = std::mem::take(&mut q.ops)
+                .into_iter()
+                .partition::<Vec<Op>, _>(|op| !op.reply.is_closed());
+            q.ops = orphans;
+            waiting
+        };
+        for op in waiting {
+            let _ = op.reply.send(Err(NodeError {
+                node: self.1.clone(),
+                kind: NodeErrorKind::Client,
+                message: "the batcher's runtime shut down before this command was sent".into(),
+            }));
+        }
+    }
+}
+
 /// The batcher of one node: sends what is queued, one batch at a time, until the node closes.
 async fn batcher(client: Client, state: Arc<State>, shared: Arc<Shared>) {
+    let _running = Running(shared.clone(), state.name.clone());
     loop {
         let notified = shared.notify.notified();
         let ops = {
