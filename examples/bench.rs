@@ -51,7 +51,6 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -65,6 +64,13 @@ use fredlock_testkit::{
 };
 use futures::future::join_all;
 use hdrhistogram::Histogram;
+
+#[path = "support/mod.rs"]
+mod support;
+
+use support::keepalive::{run_child, run_if_child, ChildSpec, Sample, Variant};
+use support::waiters::{self, Hold, Series as WSeries, Target as WTarget};
+use support::{command_output, loadavg, median, process_cpu, resident_bytes};
 
 /// TTL of every lock. Long enough that nothing expires during a cycle; with fredlock's defaults
 /// it also gives the default per-node timeout of 500 ms, the same as (c) sets explicitly.
@@ -83,9 +89,8 @@ end
 return 0
 "#;
 
-/// How much to measure: the full run, or `--quick` (for CI and `make bench -- --quick`).
+/// How much to measure: the full run, or `--quick` (`make bench BENCH_ARGS=--quick`).
 struct Plan {
-    quick: bool,
     /// Serial cycles run by each variant before any measurement.
     warmup_cycles: usize,
     /// Interleaved rounds of the serial measurements.
@@ -103,12 +108,22 @@ struct Plan {
     cluster_kept: usize,
     /// (h) How long the loader saturates one server (after a warm-up of a fifth of that).
     saturation: Duration,
+    /// (d) Locks kept alive in-process (the single-server baseline of (g)).
+    keep_locks: usize,
+    /// (w) 16 waiters on one key: rounds and seconds per variant per round.
+    waiter_rounds: usize,
+    waiter_secs: f64,
+    /// (k) batched keep-alive children: locks, TTL, rounds (each variant a child per round).
+    keepalive_locks: usize,
+    keepalive_ttl: Duration,
+    keepalive_rounds: usize,
+    /// (n) serial cycles per variant per round for N = 3, 5, 7.
+    n_cycles: usize,
 }
 
 impl Plan {
     fn full() -> Plan {
         Plan {
-            quick: false,
             warmup_cycles: 2_000,
             rounds: 5,
             cycles: 4_000,
@@ -118,12 +133,18 @@ impl Plan {
             keep_ttl: Duration::from_secs(6),
             cluster_kept: 3_000,
             saturation: Duration::from_secs(2),
+            keep_locks: 10_000,
+            waiter_rounds: 5,
+            waiter_secs: 2.0,
+            keepalive_locks: 2_000,
+            keepalive_ttl: Duration::from_secs(3),
+            keepalive_rounds: 2,
+            n_cycles: 1_000,
         }
     }
 
     fn quick() -> Plan {
         Plan {
-            quick: true,
             warmup_cycles: 300,
             rounds: 5,
             cycles: 600,
@@ -133,6 +154,13 @@ impl Plan {
             keep_ttl: Duration::from_secs(3),
             cluster_kept: 1_000,
             saturation: Duration::from_secs(1),
+            keep_locks: 3_000,
+            waiter_rounds: 3,
+            waiter_secs: 1.0,
+            keepalive_locks: 1_000,
+            keepalive_ttl: Duration::from_secs(2),
+            keepalive_rounds: 1,
+            n_cycles: 300,
         }
     }
 }
@@ -438,33 +466,11 @@ async fn throughput_round(
     }
 }
 
-/// CPU time (user + system, all threads) this process used so far, from `/proc/self/stat`;
-/// `None` where that does not exist (not Linux).
-fn process_cpu() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    // USER_HZ is 100 on every Linux architecture's user-space ABI.
-    Some(Duration::from_millis(ticks * 10))
-}
-
 /// Runs `work` as its own task (on a runtime worker, like a request handler) and waits for it.
 async fn spawn_and_wait<T: Send + 'static>(work: impl Future<Output = T> + Send + 'static) -> T {
     tokio::spawn(work)
         .await
         .expect("a measurement task panicked")
-}
-
-/// Median of a non-empty list (mean of the two middle values for an even count).
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
 }
 
 /// Per-round percentiles of one serial variant, kept to print the spread under the table.
@@ -489,32 +495,33 @@ impl Series {
     }
 }
 
-/// The output of a shell command, trimmed, or `unknown` (facts only; never fatal).
-fn command_output(program: &str, args: &[&str]) -> String {
-    Command::new(program)
-        .args(args)
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".to_string())
-}
-
 fn parse_args() -> Plan {
+    let usage = "usage: cargo run --release --example bench [-- [--quick] [--keepalive-locks N]]";
     let mut plan = Plan::full();
-    for arg in std::env::args().skip(1) {
+    let mut locks = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => plan = Plan::quick(),
+            "--keepalive-locks" => match args.next().and_then(|n| n.parse().ok()) {
+                Some(n) => locks = Some(n),
+                None => {
+                    eprintln!("bench: --keepalive-locks wants a number\n{usage}");
+                    std::process::exit(2);
+                }
+            },
             "-h" | "--help" => {
-                println!("usage: cargo run --release --example bench [-- --quick]");
+                println!("{usage}");
                 std::process::exit(0);
             }
             other => {
-                eprintln!("bench: unknown argument {other:?} (only --quick is accepted)");
+                eprintln!("bench: unknown argument {other:?}\n{usage}");
                 std::process::exit(2);
             }
         }
+    }
+    if let Some(n) = locks {
+        plan.keepalive_locks = n;
     }
     plan
 }
@@ -541,13 +548,6 @@ async fn redlock(urls: Vec<String>, node_timeout: Option<Duration>) -> Redlock {
         builder = builder.node_timeout(t);
     }
     builder.build().await.expect("build a Redlock")
-}
-
-/// Resident memory of this process, from /proc/self/statm (Linux); `None` elsewhere.
-fn resident_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4096)
 }
 
 /// INFO `section` of node `i`, through the Redlock's own fred client (single-server nodes).
@@ -1175,13 +1175,157 @@ async fn pipelined_cycles(addr: SocketAddr, prefix: String, end: Instant) -> u64
     cycles
 }
 
+/// (w) 16 waiters on one key with a 1 ms hold (the precise hold of `bench_waiters`): fredlock
+/// polling, fredlock woken by release, rslock and an in-process mutex, interleaved within each
+/// round (order alternating), after a warm-up round each.
+async fn waiter_rounds(urls: &[String], plan: &Plan, run: &str) -> Vec<(&'static str, WSeries)> {
+    let mut addrs = Vec::new();
+    for u in urls {
+        addrs.push(support::addr_of(u).await);
+    }
+    let build = |wake: bool| {
+        Redlock::builder()
+            .nodes(urls.to_vec())
+            .retry(waiters::RETRY)
+            .wake_on_release(wake)
+            .build()
+    };
+    let variants: Vec<(&'static str, WTarget)> = vec![
+        (
+            "fredlock, polling",
+            WTarget::Redlock(build(false).await.expect("build")),
+        ),
+        (
+            "fredlock, woken by release",
+            WTarget::Redlock(build(true).await.expect("build")),
+        ),
+        (
+            "rslock 0.10",
+            WTarget::Rslock(Arc::new(waiters::rslock(urls))),
+        ),
+        (
+            "in-process tokio Mutex (ceiling, no Redis)",
+            WTarget::Local(Arc::new(tokio::sync::Mutex::new(()))),
+        ),
+    ];
+    let key = format!("{run}:waiters");
+    for (_, t) in &variants {
+        waiters::round(t, &addrs, &key, Hold::Precise, 0.3).await;
+    }
+    let mut series: Vec<WSeries> = variants.iter().map(|_| WSeries::default()).collect();
+    for r in 0..plan.waiter_rounds {
+        let mut order: Vec<usize> = (0..variants.len()).collect();
+        if r % 2 == 1 {
+            order.reverse();
+        }
+        for v in order {
+            let got = waiters::round(
+                &variants[v].1,
+                &addrs,
+                &key,
+                Hold::Precise,
+                plan.waiter_secs,
+            );
+            series[v].0.push(got.await);
+        }
+    }
+    for (_, t) in &variants {
+        if let WTarget::Redlock(r) = t {
+            r.close().await;
+        }
+    }
+    variants.into_iter().map(|(n, _)| n).zip(series).collect()
+}
+
+/// (k) The keep-alive children (see `support::keepalive`): per round a batched, a per-lock and a
+/// plain child, the order alternating; samples per variant.
+async fn keepalive_rounds(
+    urls: &[String],
+    plan: &Plan,
+    run: &str,
+) -> BTreeMap<&'static str, Vec<Sample>> {
+    let mut out: BTreeMap<&'static str, Vec<Sample>> = BTreeMap::new();
+    for round in 0..plan.keepalive_rounds {
+        let mut order = [Variant::PerLock, Variant::Batched, Variant::Plain];
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for variant in order {
+            let (urls, prefix) = (urls.to_vec(), format!("{run}:k{round}:{}", variant.name()));
+            let (locks, ttl) = (plan.keepalive_locks, plan.keepalive_ttl);
+            let sample = tokio::task::spawn_blocking(move || {
+                run_child(&ChildSpec {
+                    variant,
+                    urls: &urls,
+                    prefix: &prefix,
+                    locks,
+                    ttl,
+                    window: ttl * 2,
+                })
+            })
+            .await
+            .expect("a keep-alive child");
+            out.entry(variant.name()).or_default().push(sample);
+        }
+    }
+    out
+}
+
+/// (n) Serial p50 for N = 3, 5, 7 nodes: the raw floor and fredlock at each N, all six
+/// interleaved in every round. Returns per N: (N, floor series, fredlock series).
+async fn scaling_rounds(plan: &Plan, run: &str) -> Vec<(usize, Series, Series)> {
+    let nodes = LocalNodes::start(7)
+        .await
+        .expect("start 7 local redis-server nodes");
+    let urls = nodes.urls();
+    let mut targets = Vec::new();
+    for n in [3, 5, 7] {
+        let floor = Target::Floor(Arc::new(Floor::connect(&urls[..n]).await));
+        let fredlock = Target::Fredlock(redlock(urls[..n].to_vec(), None).await);
+        targets.push((n, floor, fredlock));
+    }
+    let res: Vec<String> = targets
+        .iter()
+        .map(|(n, ..)| format!("{run}:n{n}"))
+        .collect();
+    let mixed: Vec<(&Target, &str)> = targets
+        .iter()
+        .zip(&res)
+        .flat_map(|((_, f, l), r)| [(f, r.as_str()), (l, r.as_str())])
+        .collect();
+    serial_round(&mixed, plan.warmup_cycles / 2).await;
+    let mut series: Vec<(Series, Series)> = targets.iter().map(|_| Default::default()).collect();
+    for _ in 0..plan.rounds {
+        let mut rounds = serial_round(&mixed, plan.n_cycles).await.into_iter();
+        for (floor, fredlock) in &mut series {
+            floor.push(rounds.next().expect("one result per variant"));
+            fredlock.push(rounds.next().expect("one result per variant"));
+        }
+    }
+    for (_, _, l) in &targets {
+        if let Target::Fredlock(r) = l {
+            r.close().await;
+        }
+    }
+    targets
+        .iter()
+        .map(|(n, ..)| *n)
+        .zip(series)
+        .map(|(n, (f, l))| (n, f, l))
+        .collect()
+}
+
 #[tokio::main]
 async fn main() {
+    if run_if_child().await {
+        return;
+    }
     let plan = parse_args();
-    let command = format!(
-        "cargo run --release --example bench{}",
-        if plan.quick { " -- --quick" } else { "" }
-    );
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let command = match args.is_empty() {
+        true => "cargo run --release --example bench".to_string(),
+        false => format!("cargo run --release --example bench -- {}", args.join(" ")),
+    };
     let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
     let redis_version = command_output("redis-server", &["--version"]);
     let date = command_output("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]);
@@ -1264,6 +1408,7 @@ async fn main() {
     let settle = || tokio::time::sleep(SILENT_NODE_TIMEOUT + Duration::from_millis(100));
 
     let run_started = Instant::now();
+    let load_before = loadavg();
 
     // (a) and (c): floor, fredlock and fredlock with a blackhole node take turns in small blocks.
     // fred never completes its handshake with the blackhole (its PING is never answered), so
@@ -1340,7 +1485,7 @@ async fn main() {
         redlock(urls.clone(), None).await,
         Meter::Clients,
         &format!("{run}:keep"),
-        10_000,
+        plan.keep_locks,
         plan.keep_ttl,
     )
     .await;
@@ -1420,6 +1565,11 @@ async fn main() {
 
     // (h) One single server saturated by the pipelined loader.
     let saturation = saturate(&single_servers[0], &format!("{run}:sat"), plan.saturation).await;
+    // (w) 16 waiters on one key; (k) the batched keep-alive children; (n) N = 3, 5, 7.
+    let waited = waiter_rounds(&urls, &plan, &run).await;
+    let kept = keepalive_rounds(&urls, &plan, &run).await;
+    let scaled = scaling_rounds(&plan, &run).await;
+    let load_after = loadavg();
     let measured_for = run_started.elapsed();
 
     // The table.
@@ -1456,6 +1606,120 @@ async fn main() {
         plan.saturation.as_millis(),
         (plan.saturation / 5).as_millis()
     );
+    println!();
+    // Issue 11's table: fredlock against rslock and the raw floor, all from this run.
+    println!("load average (1, 5, 15 min): before {load_before}; after {load_after}");
+    println!();
+    println!("| workload | raw fred floor | rslock 0.10 | fredlock | fredlock / rslock | fredlock / floor | target | met? |");
+    println!("|---|---:|---:|---:|---:|---:|---|---|");
+    println!(
+        "| serial acquire+release p50, µs | {f50:.1} | {r50:.1} | {h50:.1} | {:.3} | {:.3} | ≤ 0.9x rslock | {} |",
+        h50 / r50,
+        h50 / f50,
+        yes_no(h50 / r50 <= 0.9)
+    );
+    println!(
+        "| {TASKS} tasks, own keys, cycles/s | {tf:.0} | {tr:.0} | {th:.0} | {:.3} | {:.3} | ≥ 1.2x rslock | {} |",
+        th / tr,
+        th / tf,
+        yes_no(th / tr >= 1.2)
+    );
+    let w = |name: &str| {
+        waited
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, s)| s)
+            .expect("a waiter variant")
+    };
+    let (w_poll, w_wake, w_rs, w_mutex) = (
+        w("fredlock, polling"),
+        w("fredlock, woken by release"),
+        w("rslock 0.10"),
+        w("in-process tokio Mutex (ceiling, no Redis)"),
+    );
+    let rate = |s: &WSeries| s.median(|r| r.per_second);
+    let cmds = |s: &WSeries| s.median(|r| r.commands_per_acquisition);
+    println!(
+        "| 16 waiters on one key, 1 ms hold (precise), acquisitions/s (retry 5 ms + 5 ms jitter; rslock: 0-10 ms): fredlock woken by release (polling: {:.0}; in-process mutex ceiling: {:.0}) | — | {:.0} | {:.0} | {:.3} | — | ≥ 1.5x the best peer | {} |",
+        rate(w_poll),
+        rate(w_mutex),
+        rate(w_rs),
+        rate(w_wake),
+        rate(w_wake) / rate(w_rs),
+        yes_no(rate(w_wake) / rate(w_rs) >= 1.5)
+    );
+    println!(
+        "| the same: Redis commands per acquisition (INFO commandstats; polling: {:.1}) | — | {:.1} | {:.1} | {:.3} | — | ≤ 0.5x the thriftiest peer | {} |",
+        cmds(w_poll),
+        cmds(w_rs),
+        cmds(w_wake),
+        cmds(w_wake) / cmds(w_rs),
+        yes_no(cmds(w_wake) / cmds(w_rs) <= 0.5)
+    );
+    let waits = |s: &WSeries| {
+        format!(
+            "{:.1} / {:.1} / {:.0}",
+            s.median(|r| r.p50_us) / 1e3,
+            s.median(|r| r.p99_us) / 1e3,
+            s.max(|r| r.max_us) / 1e3
+        )
+    };
+    println!(
+        "| the same: wait per acquisition p50 / p99 / max, ms (polling: {}; mutex: {}) | — | {} | {} | — | — | — | — |",
+        waits(w_poll),
+        waits(w_mutex),
+        waits(w_rs),
+        waits(w_wake)
+    );
+    println!(
+        "| 1 of 3 nodes never answers (a blackhole; node timeout 500 ms), p50, µs (ratio: against healthy fredlock) | — | — | {c50:.1} | — | {:.3} | ≤ 1.5x healthy | {} |",
+        c50 / h50,
+        yes_no(c50 / h50 <= 1.5)
+    );
+    let k = |v: Variant, f: &dyn Fn(&Sample) -> f64| {
+        median(
+            kept.get(v.name())
+                .map_or(Vec::new(), |s| s.iter().map(f).collect()),
+        )
+    };
+    let k_lost: u64 = kept.values().flatten().map(|s| s.lost).sum();
+    let per_lock_scripts = |v: Variant| k(v, &|s| s.scripts_per_s) / plan.keepalive_locks as f64;
+    println!(
+        "| batched keep-alive, {} locks (TTL {} s): client→node script calls/s per held lock (a task per lock: {:.4}) | — | — | {:.5} | — | — | ≥ 10x fewer than a task per lock | {} ({:.0}x) |",
+        plan.keepalive_locks,
+        plan.keepalive_ttl.as_secs_f64(),
+        per_lock_scripts(Variant::PerLock),
+        per_lock_scripts(Variant::Batched),
+        yes_no(per_lock_scripts(Variant::PerLock) / per_lock_scripts(Variant::Batched) >= 10.0),
+        per_lock_scripts(Variant::PerLock) / per_lock_scripts(Variant::Batched)
+    );
+    let node_cpu = |v: Variant| k(v, &|s| s.node_cpu);
+    println!(
+        "| the same: node CPU s per held lock per minute, 3 nodes (a task per lock: {:.6}) | — | — | {:.6} | — | — | ≥ 2x less | {} ({:.2}x) |",
+        node_cpu(Variant::PerLock),
+        node_cpu(Variant::Batched),
+        yes_no(node_cpu(Variant::PerLock) / node_cpu(Variant::Batched) >= 2.0),
+        node_cpu(Variant::PerLock) / node_cpu(Variant::Batched)
+    );
+    let (heap, rss) = (
+        k(Variant::Batched, &|s| s.heap_per_lock),
+        k(Variant::Batched, &|s| s.rss_per_lock),
+    );
+    println!(
+        "| the same: memory per held lock, live heap (RSS: {rss:.0} B; a task per lock: {:.0} B heap; {k_lost} locks lost) | — | — | {heap:.0} B | — | — | ≤ 1 KB | {} |",
+        k(Variant::PerLock, &|s| s.heap_per_lock),
+        yes_no(heap <= 1024.0 && k_lost == 0)
+    );
+    for (n, floor, fredlock) in &scaled {
+        let (f, l) = (floor.p50(), fredlock.p50());
+        println!(
+            "| N = {n}: serial acquire+release p50, µs | {f:.1} | — | {l:.1} | — | {:.3} | ≤ 1.0x the floor | {} |",
+            l / f,
+            yes_no(l / f <= 1.0)
+        );
+    }
+    println!();
+    println!("Details (the earlier rows (a)-(h)):");
     println!();
     println!("| measurement | baseline | fredlock | ratio | target | met? |");
     println!("|---|---:|---:|---:|---|---|");

@@ -53,6 +53,9 @@
 //!    label and token checks, fingerprints; pure).
 //! 2. `cluster`: a node that is a Redis Cluster: its slot table, one fred client per shard,
 //!    `MOVED`/`ASK` redirects followed without ever replaying a command of unknown outcome.
+//!    `batch`: a single server's hot path (single-key acquire and release): sent at once when
+//!    the node is idle, otherwise queued and sent as one script call per node per round trip,
+//!    in order, never replayed.
 //! 3. `node` (one Redis node: one fred client or a cluster's shards, per-command options, each
 //!    command's arguments), `quorum` (the one fan-out primitive, the quorum tally, validity
 //!    arithmetic; pure).
@@ -79,6 +82,7 @@
 #![deny(unsafe_code)]
 
 mod background;
+mod batch;
 mod cluster;
 pub mod config;
 mod connection;

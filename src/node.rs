@@ -20,11 +20,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::prelude::{
-    ClientLike, Config, Expiration, KeysInterface, ServerConfig, SetOptions, Value,
-};
+use fred::prelude::{ClientLike, Config, ServerConfig, Value};
 use fred::types::{ClusterHash, CustomCommand};
 
+use crate::batch::Batch;
+pub(crate) use crate::batch::Held;
 use crate::cluster::Shards;
 use crate::connection::{self, options, Link, Servers, State};
 use crate::error::{InvalidInput, NodeError, NodeErrorKind, Vote};
@@ -59,6 +59,9 @@ pub(crate) struct Node {
     /// Releases publish their token on each deleted key's channel (waiters listen; see
     /// `subscriber`).
     wake: bool,
+    /// A single server's hot path (single-key acquire and release), coalesced under
+    /// concurrency (see `batch`); `None` on a cluster node.
+    batch: Option<Batch>,
 }
 
 impl std::fmt::Debug for Node {
@@ -84,23 +87,6 @@ impl Drop for Node {
             }
         }
     }
-}
-
-/// Lock keys and the stored value, shared by every per-node command of one lock.
-#[derive(Debug)]
-pub(crate) struct Held {
-    pub(crate) keys: Vec<String>,
-    /// What every key holds and every script compares: the secret token, then the separator
-    /// and the owner label (see `owner`). Unique per acquisition attempt, unless the caller
-    /// gave the token (`custom`).
-    pub(crate) value: String,
-    /// The caller chose the token: it may repeat across this acquire's attempts, so a failed
-    /// attempt's clean-up must never be resent late (see `Inner::release_unawaited`).
-    pub(crate) custom: bool,
-    /// The resource names (for error messages; never sent).
-    pub(crate) resources: Vec<String>,
-    /// With fencing: each key's counter key, in the same order; empty otherwise.
-    pub(crate) fence_keys: Vec<String>,
 }
 
 impl Held {
@@ -202,15 +188,12 @@ impl Node {
         let config = client.client_config();
         let (name, addr) = describe(&config);
         let state = State::new(index, name.clone(), servers);
-        let backend = if config.server.is_clustered() {
-            Backend::Cluster(Arc::new(Shards::new(
-                index,
-                name.clone(),
-                config,
-                state.clone(),
-            )))
+        let (backend, batch) = if config.server.is_clustered() {
+            let shards = Shards::new(index, name.clone(), config, state.clone());
+            (Backend::Cluster(Arc::new(shards)), None)
         } else {
-            Backend::Server(client)
+            let batch = Batch::new(client.clone(), state.clone());
+            (Backend::Server(client), Some(batch))
         };
         Node {
             backend,
@@ -220,6 +203,7 @@ impl Node {
             owned: false,
             quit: Default::default(),
             wake: false,
+            batch,
         }
     }
 
@@ -425,6 +409,14 @@ impl Node {
         if let Err(e) = self.state.counts() {
             return Acquired::plain(Vote::Failed(e));
         }
+        if let (Some(batch), [_], true) = (
+            &self.batch,
+            held.keys.as_slice(),
+            held.fence_keys.is_empty(),
+        ) {
+            let reply = batch.acquire(&held, ttl_ms, timeout).await;
+            return Acquired::plain(reply::set_nx(&self.name, reply));
+        }
         let _running = self.inflight(&held.value);
         match &self.backend {
             Backend::Server(_) => self.acquire_here(&held, ttl_ms, timeout).await,
@@ -509,21 +501,8 @@ impl Node {
     }
 
     async fn acquire_plain(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Vote {
-        if let ([key], Backend::Server(client)) = (held.keys.as_slice(), &self.backend) {
-            // The typed SET (unlike EVAL and custom commands, which fred flushes one by one)
-            // lets fred batch concurrent SETs into one socket write. `WithOptions` implements
-            // the keys interface, so timeout, attempts and fail-fast are honoured here.
-            let client = client.with_options(&options(timeout));
-            let set = client.set::<Value, _, _>(
-                key.as_str(),
-                held.value.as_str(),
-                Some(Expiration::PX(ttl_ms as i64)),
-                Some(SetOptions::NX),
-                false,
-            );
-            let reply = Box::pin(set).await.map_err(|e| self.error(e));
-            reply::set_nx(&self.name, reply)
-        } else if let [key] = held.keys.as_slice() {
+        // One key on a cluster node (a single server's goes through `batch`).
+        if let [key] = held.keys.as_slice() {
             let args = vec![
                 Value::from(key.as_str()),
                 Value::from(held.value.as_str()),
@@ -823,13 +802,16 @@ impl Node {
         })
     }
 
-    async fn release_here(&self, held: &Held, timeout: Duration) -> Vote {
+    async fn release_here(&self, held: &Arc<Held>, timeout: Duration) -> Vote {
         // Sent even to a duplicate (it only deletes our own token), but a duplicate's answer
         // is never counted.
         let counts = self.state.counts();
         let vote = match self.slot_groups(&held.keys) {
             None => {
-                let reply = self.release_script(held, timeout).await;
+                let reply = match (&self.batch, held.keys.len()) {
+                    (Some(batch), 1) => batch.release(held, self.wake, timeout).await,
+                    _ => self.release_script(held, timeout).await,
+                };
                 reply::released(&self.name, reply, held.keys.len())
             }
             Some(groups) => {

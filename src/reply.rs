@@ -154,31 +154,59 @@ pub(crate) fn extended_many(
     reply: Result<Value, NodeError>,
     locks: usize,
 ) -> Vec<Vote> {
+    per_item(node, reply, locks, "1, 0 or an error for each lock")
+        .into_iter()
+        .map(|item| match item {
+            Ok(1) => Vote::Granted,
+            Ok(0) => Vote::Refused,
+            Ok(_) => Vote::Failed(unexpected(node, "1, 0 or an error for each lock")),
+            Err(e) => Vote::Failed(e),
+        })
+        .collect()
+}
+
+/// The batch script's reply for `ops` operations (see `batch`): per operation its integer
+/// answer, or the server's error for that operation alone. A reply of any other shape, or an
+/// error for the whole call, fails every operation: its outcome is unknown.
+pub(crate) fn batch(
+    node: &str,
+    reply: Result<Value, NodeError>,
+    ops: usize,
+) -> Vec<Result<i64, NodeError>> {
+    per_item(
+        node,
+        reply,
+        ops,
+        "an integer or an error for each operation",
+    )
+}
+
+/// An array reply of `items` elements, each an integer or an error string (`redis.pcall`'s
+/// `err`), as the batched scripts answer.
+fn per_item(
+    node: &str,
+    reply: Result<Value, NodeError>,
+    items: usize,
+    wanted: &str,
+) -> Vec<Result<i64, NodeError>> {
     let parts = match reply {
-        Ok(Value::Array(parts)) if parts.len() == locks => parts,
-        Ok(_) => {
-            let e = unexpected(node, "one 1, 0 or error per lock");
-            return vec![Vote::Failed(e); locks];
-        }
-        Err(e) => return vec![Vote::Failed(e); locks],
+        Ok(Value::Array(parts)) if parts.len() == items => parts,
+        Ok(_) => return vec![Err(unexpected(node, wanted)); items],
+        Err(e) => return vec![Err(e); items],
+    };
+    let server = |message: String| NodeError {
+        node: node.to_string(),
+        kind: NodeErrorKind::Server,
+        message,
     };
     parts
         .into_iter()
         .map(|part| match part {
-            Value::Integer(1) => Vote::Granted,
-            Value::Integer(0) => Vote::Refused,
+            Value::Integer(n) => Ok(n),
             // Only a string is the server's words (`as_str` would also turn a number into one).
-            Value::String(message) => Vote::Failed(NodeError {
-                node: node.to_string(),
-                kind: NodeErrorKind::Server,
-                message: message.to_string(),
-            }),
-            Value::Bytes(message) => Vote::Failed(NodeError {
-                node: node.to_string(),
-                kind: NodeErrorKind::Server,
-                message: String::from_utf8_lossy(&message).into_owned(),
-            }),
-            _ => Vote::Failed(unexpected(node, "1, 0 or an error for each lock")),
+            Value::String(message) => Err(server(message.to_string())),
+            Value::Bytes(message) => Err(server(String::from_utf8_lossy(&message).into_owned())),
+            _ => Err(unexpected(node, wanted)),
         })
         .collect()
 }

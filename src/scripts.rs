@@ -2,7 +2,7 @@
 //!
 //! Most scripts are sent with EVALSHA and, on `NOSCRIPT` (after `SCRIPT FLUSH` or a node
 //! restart), resent at once with EVAL on the same connection (see [`crate::node`]).
-//! RELEASE and ACQUIRE_MANY are always sent with EVAL, because a resend breaks per-node order:
+//! RELEASE, ACQUIRE_MANY and BATCH are always sent with EVAL, because a resend breaks per-node order:
 //! - a release can be answered after its caller stopped waiting (a paused node, a dropped
 //!   future); a late NOSCRIPT then has nobody left to resend it, leaving the key for a TTL;
 //! - an acquire answered NOSCRIPT after the quorum was decided would be resent AFTER the
@@ -239,6 +239,49 @@ end
 return out
 "#;
 
+/// Many single-key operations of concurrent locks on one node, in one call (see `batch`): each
+/// does exactly what its plain form does, in the order given, so a release never runs before
+/// an earlier acquire of the same token.
+/// KEYS[i]: the key of operation i. ARGV[2i - 1]: its token; ARGV[2i]: the TTL in ms for an
+/// acquire (`SET key token NX PX ttl`), `r` for a release (RELEASE), `w` for a release that
+/// wakes (RELEASE_WAKE).
+/// Reply: one element per operation, in order: an acquire 1 set / 0 the key exists (any type);
+/// a release the number of keys deleted (1 / 0); or the server's error as a string for that
+/// operation alone (`redis.pcall`: a WRONGTYPE key fails its own operation, not the others).
+/// ARGV that do not match KEYS: an error, nothing done. EVAL-only, like RELEASE.
+const BATCH: &str = r#"
+local n = #KEYS
+if #ARGV ~= 2 * n then
+  return redis.error_reply('fredlock: a batch wants a token and an operation per key')
+end
+local out = {}
+for i = 1, n do
+  local key, token, op = KEYS[i], ARGV[2 * i - 1], ARGV[2 * i]
+  if op == 'r' or op == 'w' then
+    local v = redis.pcall('GET', key)
+    if type(v) == 'table' and v.err then
+      out[i] = v.err
+    elseif v == token then
+      redis.call('DEL', key)
+      if op == 'w' then redis.call('PUBLISH', key, token) end
+      out[i] = 1
+    else
+      out[i] = 0
+    end
+  else
+    local r = redis.pcall('SET', key, token, 'PX', op, 'NX')
+    if type(r) == 'table' and r.err then
+      out[i] = r.err
+    elseif r then
+      out[i] = 1
+    else
+      out[i] = 0
+    end
+  end
+end
+return out
+"#;
+
 /// The scripts, hashed once per process.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -253,6 +296,7 @@ pub(crate) struct Scripts {
     pub(crate) sem_acquire: Script,
     pub(crate) view_many: Script,
     pub(crate) extend_many: Script,
+    pub(crate) batch: Script,
 }
 
 impl Scripts {
@@ -275,6 +319,8 @@ impl Scripts {
             // Like EXTEND: a resent batch lands at worst after a release, where each lock's
             // token is gone and nothing is done for it.
             extend_many: Script::new(EXTEND_MANY),
+            // A resent batch could land after a release queued behind it: EVAL only.
+            batch: Script::eval_only(BATCH),
         })
     }
 }

@@ -17,7 +17,7 @@ const LAYERS: &[&[&str]] = &[
         "waiters",
         "owner",
     ],
-    &["cluster"],
+    &["cluster", "batch"],
     &["node", "quorum"],
     &["background", "pacing", "subscriber"],
     &["redlock"],

@@ -1,0 +1,166 @@
+//! The coalesced hot path (`batch`): concurrent single-key acquires and releases to one node
+//! share script calls, and every fault that can cut a batch leaves no key behind: a batch
+//! whose connection is reset, scripts flushed between batches, acquires dropped while their
+//! `SET`s wait in a node's queue.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use fredlock::fred::prelude::ClientLike;
+use fredlock::{Lock, Redlock};
+use fredlock_testkit::{Fault, LocalNodes, RespValue};
+use futures::future::join_all;
+use futures::FutureExt;
+
+const TTL: Duration = Duration::from_secs(30);
+/// Locks taken at once: far more than one round trip's worth.
+const MANY: usize = 64;
+
+fn names(prefix: &str) -> Vec<String> {
+    let base = unique(prefix);
+    (0..MANY).map(|i| format!("{base}:{i}")).collect()
+}
+
+/// `EVAL` calls node `i` received (its plain and batched scripts; SETs inside them not counted).
+async fn evals(nodes: &LocalNodes, i: usize) -> u64 {
+    let reply = nodes
+        .command(i, &["INFO", "commandstats"])
+        .await
+        .expect("INFO");
+    let RespValue::Bulk(Some(bytes)) = reply else {
+        panic!("INFO: {reply:?}");
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    text.split("cmdstat_eval:calls=")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Every name's key is gone from every node within 5 s (releases and clean-ups landing).
+async fn all_freed(redlock: &Redlock, names: &[String]) -> Vec<String> {
+    let mut left = Vec::new();
+    for r in names {
+        if !freed_within(redlock, &redlock.key(r), Duration::from_secs(5)).await {
+            left.push(r.clone());
+        }
+    }
+    left
+}
+
+async fn acquire_all(redlock: &Redlock, names: &[String]) -> Vec<Lock> {
+    join_all(names.iter().map(|r| redlock.acquire(r.as_str(), TTL)))
+        .await
+        .into_iter()
+        .map(|l| l.expect("acquire"))
+        .collect()
+}
+
+/// 64 locks acquired and released at once: each node gets far fewer script calls than
+/// releases (the releases share calls), every lock is granted and nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_locks_share_calls_and_leave_nothing() {
+    let (nodes, redlock) = local_with(3, |b| b).await;
+    for i in 0..3 {
+        nodes
+            .command(i, &["CONFIG", "RESETSTAT"])
+            .await
+            .expect("reset");
+    }
+    let all = names("shared");
+    let locks = acquire_all(&redlock, &all).await;
+    let reports = join_all(locks.into_iter().map(|l| l.release())).await;
+    assert!(reports.iter().all(|r| r.is_ok()), "{reports:?}");
+    assert!(all_freed(&redlock, &all).await.is_empty());
+    for i in 0..3 {
+        let n = evals(&nodes, i).await;
+        assert!(
+            n < MANY as u64 / 2,
+            "node {i}: {n} script calls for {MANY} releases: not batched"
+        );
+    }
+}
+
+/// Node 0 holds its replies, so its first SETs are in flight there while the acquires are
+/// granted by nodes 1 and 2 and then released; the other SETs and every release queue behind
+/// them. The connection is then reset (what was in flight fails, its outcome unknown): the
+/// SETs that were written must still be released once the node is reachable again, and the
+/// queued ones never land after their release: nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_cut_by_a_reset_leaves_no_key() {
+    let nodes = LocalNodes::start(3).await.expect("nodes");
+    let (proxies, redlock) =
+        behind_proxies(&nodes, |b| b.node_timeout(Duration::from_secs(2))).await;
+    let all = names("reset");
+    proxies[0].set(Fault::HoldReplies);
+    let locks = acquire_all(&redlock, &all).await;
+    let reports = join_all(locks.into_iter().map(|l| l.release())).await;
+    assert!(reports.iter().all(|r| r.is_ok()), "{reports:?}");
+    // The first SETs reached node 0 (replies held, requests relayed); the rest wait in its
+    // queue behind them, and the releases behind those.
+    let mut on_0 = 0;
+    for r in &all {
+        on_0 += usize::from(nodes.get(0, &redlock.key(r)).await.expect("GET").is_some());
+    }
+    assert!(on_0 > 0, "node 0 never saw a SET");
+    // Reset, and keep resetting until the client itself fails a command there: what was queued
+    // behind the cut batch is sent while the node is unreachable, and fails at once.
+    proxies[0].set(Fault::Reset);
+    let client = redlock.client(0).expect("node 0").clone();
+    let failing = eventually(Duration::from_secs(10), || {
+        let client = client.clone();
+        async move { client.ping::<String>(None).await.is_err() }
+    });
+    assert!(
+        failing.await,
+        "node 0 kept answering through a resetting proxy"
+    );
+    proxies[0].set(Fault::Pass);
+    let mut left = Vec::new();
+    for r in &all {
+        if !gone_within(&nodes, 0, &redlock.key(r), Duration::from_secs(15)).await {
+            left.push(r.clone());
+        }
+    }
+    assert!(left.is_empty(), "keys left on node 0: {left:?}");
+    assert!(all_freed(&redlock, &all).await.is_empty());
+}
+
+/// SCRIPT FLUSH between batches (and between the acquires and their releases) changes
+/// nothing: batches are sent whole (EVAL), never as a hash a node could have forgotten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushed_scripts_change_nothing() {
+    let (nodes, redlock) = local_with(3, |b| b).await;
+    for round in 0..3 {
+        let all = names(&format!("flush{round}"));
+        let locks = acquire_all(&redlock, &all).await;
+        for i in 0..3 {
+            nodes.command(i, &["SCRIPT", "FLUSH"]).await.expect("flush");
+        }
+        let reports = join_all(locks.into_iter().map(|l| l.release())).await;
+        assert!(reports.iter().all(|r| r.is_ok()), "{reports:?}");
+        assert!(all_freed(&redlock, &all).await.is_empty());
+    }
+}
+
+/// 64 acquires polled once (every SET handed to its node: one sent, the rest queued behind it,
+/// with replies held on two nodes so that none can decide) and then dropped: their clean-up
+/// releases queue behind the SETs, and no key is left on any node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquires_dropped_mid_batch_leave_no_key() {
+    let nodes = LocalNodes::start(3).await.expect("nodes");
+    let (proxies, redlock) =
+        behind_proxies(&nodes, |b| b.node_timeout(Duration::from_secs(2))).await;
+    let all = names("dropped");
+    proxies[0].set(Fault::HoldReplies);
+    proxies[1].set(Fault::HoldReplies);
+    let polled_once = join_all(all.iter().map(|r| redlock.acquire(r.as_str(), TTL))).now_or_never();
+    assert!(polled_once.is_none(), "the acquires finished in one poll");
+    proxies[0].set(Fault::Pass);
+    proxies[1].set(Fault::Pass);
+    let left = all_freed(&redlock, &all).await;
+    assert!(left.is_empty(), "keys left: {left:?}");
+}
