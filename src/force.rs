@@ -3,11 +3,8 @@
 //! Owns: the break round and its report. Must not: be used by any lock path (a holder releases
 //! with its token; breaking ignores it, which is the point and the danger).
 
-use std::time::Duration;
-
-use crate::error::{InvalidInput, NodeError, NodeErrorKind, Result};
-use crate::inspect::{Holder, Inspection, NodeView};
-use crate::quorum::{fan_out, Late};
+use crate::error::Result;
+use crate::inspect::Inspection;
 use crate::redlock::Redlock;
 
 impl Redlock {
@@ -28,44 +25,12 @@ impl Redlock {
     ///
     /// Cancellation: a deletion already handed to a node's connection still runs.
     pub async fn force_release(&self, resource: &str) -> Result<Inspection> {
-        if resource.is_empty() {
-            return Err(InvalidInput::EmptyResource.into());
-        }
-        let key = self.key(resource);
-        let timeout = self
-            .inner
-            .node_timeout
-            .unwrap_or(Duration::from_millis(500));
-        let calls = self
-            .inner
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (i, n.clone().force_delete(key.clone(), timeout)));
-        let answers = fan_out(self.inner.nodes.len(), calls, None, Late::Drop, |_| false).await;
-        let nodes = answers
-            .into_iter()
-            .zip(&self.inner.nodes)
-            .map(|(answer, node)| NodeView {
-                node: node.name.clone(),
-                state: match answer {
-                    Some(Ok(found)) => {
-                        Ok(found.map(|(value, pttl)| Holder::from_value(&value, pttl)))
-                    }
-                    Some(Err(e)) => Err(e),
-                    None => Err(NodeError {
-                        node: node.name.clone(),
-                        kind: NodeErrorKind::Timeout,
-                        message: "no answer".into(),
-                    }),
-                },
+        let broken = self
+            .holders_round(resource, |node, key, timeout| {
+                node.force_delete(key, timeout)
             })
-            .collect();
+            .await?;
         tracing::warn!(resource, "fredlock: lock broken by force (force_release)");
-        Ok(Inspection {
-            resource: resource.to_string(),
-            quorum: self.inner.quorum,
-            nodes,
-        })
+        Ok(broken)
     }
 }

@@ -1,11 +1,13 @@
 //! [`Redlock::inspect`]: who holds a resource, node by node, read atomically per node.
 //!
-//! Owns: the inspection round and its view types.
-//! Must not: change anything on a node.
+//! Owns: the inspection round and its view types (also the round `force` breaks locks with).
+//! Must not: change anything on a node itself.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{InvalidInput, NodeError, Result};
+use crate::node::Node;
 use crate::quorum::{fan_out, Late};
 use crate::redlock::Redlock;
 
@@ -143,6 +145,19 @@ impl Redlock {
     ///
     /// Cancellation: safe at any point (read-only).
     pub async fn inspect(&self, resource: &str) -> Result<Inspection> {
+        self.holders_round(resource, |node, key, timeout| node.inspect(key, timeout))
+            .await
+    }
+
+    /// `op` on `resource`'s key on every node, waiting for each (bounded by the per-node
+    /// timeout, default 500 ms here), reported as an [`Inspection`].
+    pub(crate) async fn holders_round<F, Fut>(&self, resource: &str, op: F) -> Result<Inspection>
+    where
+        F: Fn(Arc<Node>, String, Duration) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<Option<(String, i64)>, NodeError>>
+            + Send
+            + 'static,
+    {
         if resource.is_empty() {
             return Err(InvalidInput::EmptyResource.into());
         }
@@ -156,7 +171,7 @@ impl Redlock {
             .nodes
             .iter()
             .enumerate()
-            .map(|(i, n)| (i, n.clone().inspect(key.clone(), timeout)));
+            .map(|(i, n)| (i, op(n.clone(), key.clone(), timeout)));
         let answers = fan_out(self.inner.nodes.len(), calls, None, Late::Drop, |_| false).await;
         let nodes = answers
             .into_iter()

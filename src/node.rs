@@ -834,28 +834,16 @@ impl Node {
         vote
     }
 
-    /// Who holds `key` here: `Some((token, pttl_ms))`, or `None` when the key does not exist.
+    /// Who holds `key` here: `Some((value, pttl_ms))`, or `None` when the key does not exist.
     pub(crate) async fn inspect(
         self: Arc<Self>,
         key: String,
         timeout: Duration,
     ) -> Result<Option<(String, i64)>, NodeError> {
-        if let Err(e) = self.state.counts() {
-            if e.kind == NodeErrorKind::Duplicate {
-                return Err(e);
-            }
-        }
+        // INSPECT takes no ARGV, but `script` always appends the value; Redis ignores it.
         let scripts = crate::scripts::Scripts::get();
-        let held = Held {
-            keys: vec![key],
-            value: String::new(),
-            custom: false,
-            resources: Vec::new(),
-            fence_keys: Vec::new(),
-        };
-        // INSPECT takes no ARGV, but `script` always appends the token; Redis ignores it.
-        let reply = self.script(&scripts.inspect, &held, None, timeout).await;
-        reply::holder(&self.name, reply)
+        self.holder_script(&scripts.inspect, key, None, timeout)
+            .await
     }
 
     /// Deletes `key` here whoever holds it, and says what it held: `Some((value, pttl_ms))`, or
@@ -865,12 +853,27 @@ impl Node {
         key: String,
         timeout: Duration,
     ) -> Result<Option<(String, i64)>, NodeError> {
+        let scripts = crate::scripts::Scripts::get();
+        let publish = u64::from(self.wake);
+        self.holder_script(&scripts.force_break, key, Some(publish), timeout)
+            .await
+    }
+
+    /// A script on one key that answers with its holder (INSPECT, FORCE_BREAK). A duplicate
+    /// entry answers its duplicate error (an operator must see it); other nodes not identified
+    /// yet are still asked.
+    async fn holder_script(
+        &self,
+        script: &Script,
+        key: String,
+        extra: Option<u64>,
+        timeout: Duration,
+    ) -> Result<Option<(String, i64)>, NodeError> {
         if let Err(e) = self.state.counts() {
             if e.kind == NodeErrorKind::Duplicate {
                 return Err(e);
             }
         }
-        let scripts = crate::scripts::Scripts::get();
         let held = Held {
             keys: vec![key],
             value: String::new(),
@@ -878,10 +881,7 @@ impl Node {
             resources: Vec::new(),
             fence_keys: Vec::new(),
         };
-        let publish = u64::from(self.wake);
-        let reply = self
-            .script(&scripts.force_break, &held, Some(publish), timeout)
-            .await;
+        let reply = self.script(script, &held, extra, timeout).await;
         reply::holder(&self.name, reply)
     }
 
