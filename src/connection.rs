@@ -315,11 +315,19 @@ pub(crate) fn options(timeout: Duration) -> Options {
 }
 
 /// A fred client for `config` with fredlock's settings; connecting happens later.
-pub(crate) fn client(mut config: fred::prelude::Config) -> Result<Client, fred::error::Error> {
+pub(crate) fn client(config: fred::prelude::Config) -> Result<Client, fred::error::Error> {
+    builder(config, 100_000).build()
+}
+
+/// fredlock's fred settings for one connection, for [`client`] and the subscriber connections:
+/// one attempt per command (never a replay), a bounded queue of `buffer` commands, a reconnect
+/// policy, and timeouts on everything.
+pub(crate) fn builder(mut config: fred::prelude::Config, buffer: usize) -> fred::types::Builder {
     // The first attempt is made at once and its failure reported (fred's reconnect policy
     // would sleep before even the first attempt); fredlock's connect loop retries it.
     config.fail_fast = true;
-    fred::types::Builder::from_config(config)
+    let mut builder = fred::types::Builder::from_config(config);
+    builder
         .set_policy(fred::prelude::ReconnectPolicy::new_exponential(
             0, 50, 2_000, 2,
         ))
@@ -327,14 +335,14 @@ pub(crate) fn client(mut config: fred::prelude::Config) -> Result<Client, fred::
             c.connection_timeout = Duration::from_secs(2);
             c.internal_command_timeout = Duration::from_secs(2);
             c.max_command_attempts = 1;
-            c.max_command_buffer_len = 100_000;
+            c.max_command_buffer_len = buffer;
             c.tcp.nodelay = Some(true);
         })
         .with_performance_config(|p| {
             // A safety net only: every fredlock command carries its own timeout.
             p.default_command_timeout = Duration::from_secs(5);
-        })
-        .build()
+        });
+    builder
 }
 
 /// Starts the connect loop for `client` (always; an already connected client skips to

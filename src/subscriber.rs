@@ -160,24 +160,10 @@ impl Drop for Subscribers {
 
 /// A fred client for a subscriber connection: fredlock's usual settings (see
 /// `connection::client`), with room for a burst of messages.
-fn client(mut config: Config) -> Result<Client, fred::error::Error> {
-    config.fail_fast = true;
-    fred::types::Builder::from_config(config)
-        .set_policy(fred::prelude::ReconnectPolicy::new_exponential(
-            0, 50, 2_000, 2,
-        ))
-        .with_connection_config(|c| {
-            c.connection_timeout = Duration::from_secs(2);
-            c.internal_command_timeout = Duration::from_secs(2);
-            c.max_command_attempts = 1;
-            c.max_command_buffer_len = 10_000;
-            c.tcp.nodelay = Some(true);
-        })
-        .with_performance_config(|p| {
-            p.default_command_timeout = Duration::from_secs(5);
-            p.broadcast_channel_capacity = QUEUE;
-        })
-        .build()
+fn client(config: Config) -> Result<Client, fred::error::Error> {
+    let mut builder = crate::connection::builder(config, 10_000);
+    builder.with_performance_config(|p| p.broadcast_channel_capacity = QUEUE);
+    builder.build()
 }
 
 fn options() -> Options {

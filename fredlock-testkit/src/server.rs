@@ -686,7 +686,9 @@ fn expect_ok(what: &str, reply: RespValue) -> io::Result<()> {
     }
 }
 
-fn unexpected(what: &str, reply: RespValue) -> io::Error {
+/// An error for a reply that is not what `what` should answer (the server's own words when it
+/// is an error reply).
+pub(crate) fn unexpected(what: &str, reply: RespValue) -> io::Error {
     match reply {
         RespValue::Error(e) => io::Error::other(format!("{what} failed: {e}")),
         other => io::Error::new(

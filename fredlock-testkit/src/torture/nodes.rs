@@ -14,6 +14,7 @@ use tokio::sync::RwLock;
 use tokio::time::Instant;
 
 use super::TortureConfig;
+use crate::server::unexpected;
 use crate::{LocalCluster, LocalNodes, RespValue};
 
 /// Upper bound of one raw command of the checks.
@@ -293,14 +294,4 @@ fn not_a_cluster(node: usize) -> io::Error {
         io::ErrorKind::InvalidInput,
         format!("node {node} is a plain node, not a cluster"),
     )
-}
-
-fn unexpected(what: &str, reply: RespValue) -> io::Error {
-    match reply {
-        RespValue::Error(e) => io::Error::other(format!("{what} failed: {e}")),
-        other => io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("unexpected reply to {what}: {other:?}"),
-        ),
-    }
 }
