@@ -70,6 +70,39 @@ pub(crate) struct Held {
     pub(crate) resources: Vec<String>,
     /// With fencing: each key's counter key, in the same order; empty otherwise.
     pub(crate) fence_keys: Vec<String>,
+    /// The wait line this lock's keys are gated by, if any (its gate node's acquire and
+    /// release take the line scripts, never this batcher).
+    pub(crate) line: Option<LineRef>,
+}
+
+/// Where a lock's wait line is, and this lock's part in it (see `line` and the gate scripts).
+#[derive(Debug)]
+pub(crate) struct LineRef {
+    /// The gate node's index.
+    pub(crate) gate: usize,
+    /// The line's key on the gate.
+    pub(crate) key: String,
+    /// The waiter's member name (`None`: this acquire does not wait, so never joins).
+    pub(crate) member: Option<std::sync::Arc<str>>,
+    /// What a release on the gate does: `false` (an attempt's clean-up) puts the member back
+    /// at the front of the line, quietly without one; `true` (set when the lock is granted)
+    /// wakes the line's head.
+    pub(crate) wake: std::sync::atomic::AtomicBool,
+    /// The Redlock's line state: a release that woke one of its own members wakes it at once.
+    pub(crate) local: std::sync::Arc<crate::line::Line>,
+}
+
+impl LineRef {
+    /// A line reference whose releases wake the head (a granted lock's).
+    pub(crate) fn granted(&self) -> LineRef {
+        LineRef {
+            gate: self.gate,
+            key: self.key.clone(),
+            member: None,
+            wake: std::sync::atomic::AtomicBool::new(true),
+            local: self.local.clone(),
+        }
+    }
 }
 
 /// What an operation does to its lock's (single) key.
@@ -77,8 +110,8 @@ pub(crate) struct Held {
 enum Kind {
     /// `SET key token NX PX ttl_ms`.
     Acquire { ttl_ms: u64 },
-    /// The release script; `wake`: publish the token when the key is deleted.
-    Release { wake: bool },
+    /// The release script.
+    Release,
 }
 
 /// One queued operation.
@@ -96,7 +129,7 @@ const MAX_RESENDS: u32 = 8;
 
 /// A release whose caller stopped waiting for its answer.
 fn orphaned_release(op: &Op) -> bool {
-    matches!(op.kind, Kind::Release { .. }) && op.reply.is_closed()
+    matches!(op.kind, Kind::Release) && op.reply.is_closed()
 }
 
 impl Op {
@@ -181,10 +214,9 @@ impl Batch {
     pub(crate) async fn release(
         &self,
         held: &Arc<Held>,
-        wake: bool,
         timeout: Duration,
     ) -> Result<Value, NodeError> {
-        self.run(held, Kind::Release { wake }, timeout).await
+        self.run(held, Kind::Release, timeout).await
     }
 
     /// Fails every queued operation and ends the batcher (the node is dropped).
@@ -295,13 +327,8 @@ async fn send_one(
             // Boxed: fred's command futures are ~5 KB (see `node`).
             Box::pin(set).await
         }
-        Kind::Release { wake } => {
-            let scripts = Scripts::get();
-            let script = if wake {
-                &scripts.release_wake
-            } else {
-                &scripts.release
-            };
+        Kind::Release => {
+            let script = &Scripts::get().release;
             let args = vec![
                 Value::from(script.body),
                 Value::Integer(1),
@@ -422,8 +449,7 @@ async fn send_batch(client: &Client, state: &State, shared: &Arc<Shared>, ops: V
         args.push(Value::from(op.held.value.as_str()));
         args.push(match op.kind {
             Kind::Acquire { ttl_ms } => Value::Integer(ttl_ms as i64),
-            Kind::Release { wake: false } => Value::from("r"),
-            Kind::Release { wake: true } => Value::from("w"),
+            Kind::Release => Value::from("r"),
         });
     }
     let eval = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
@@ -436,7 +462,7 @@ async fn send_batch(client: &Client, state: &State, shared: &Arc<Shared>, ops: V
             // The plain SET's reply shape: OK when set, nil when the key exists.
             Kind::Acquire { .. } if n == 1 => Value::from("OK"),
             Kind::Acquire { .. } => Value::Null,
-            Kind::Release { .. } => Value::Integer(n),
+            Kind::Release => Value::Integer(n),
         });
         self::answer(op, reply, &mut orphans);
     }

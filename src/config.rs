@@ -11,6 +11,7 @@ use fred::prelude::ClientLike;
 
 use crate::connection::{Identity, Servers};
 use crate::error::{Error, InvalidInput, NodeError, NodeErrorKind, Result};
+use crate::line::Line;
 use crate::node::{Client, Node};
 use crate::quorum;
 pub use crate::redlock::Retry;
@@ -223,23 +224,26 @@ impl Builder {
 
     /// Wake waiting acquires when a lock is released, instead of only polling (default on).
     ///
-    /// On: every release publishes its token on the lock key's channel (one more command inside
-    /// the release script, on each node where it deleted the key), and an acquire that has to
-    /// wait subscribes to that channel, through ONE subscriber connection per node per
-    /// `Redlock` (opened by the first acquire that waits), shared by all its waiters. A release
-    /// wakes ONE waiter per key in each `Redlock` that waits for it (the longest waiting: FIFO),
-    /// which retries at once; the N messages of one release (one per node) count as one
-    /// wake-up, and a new acquire that finds waiters of its own `Redlock` queued on the key
-    /// queues behind them. The timer becomes a fallback for what no message reports (a holder
-    /// that crashed and whose key expired, a message lost with its connection): see [`Retry`]
-    /// for its bound and for what `attempts` then means. Semaphore permits wake semaphore
-    /// waiters the same way. Redis Cluster nodes get no subscriber and publish nothing (a
-    /// script's PUBLISH is broadcast to the whole cluster): when too few nodes are single
-    /// servers for a wake-up to be reliable, waiters poll.
+    /// Either way, an acquire that has to wait for a single resource (a lock, a semaphore, an
+    /// election) takes a place in the resource's *wait line*, kept on one node chosen by the
+    /// resource's name (its gate); that node grants its vote only to the line's head, so the
+    /// waiters of the whole fleet take turns in arrival order instead of racing, and only the
+    /// head ever sets keys on the other nodes (see the README's "Many processes").
     ///
-    /// Off: releases publish nothing, waiters poll at the [`Retry`] pace, no extra connection.
-    /// Use one setting for every client of a resource: a release by a client with it off wakes
-    /// nobody (waiters notice it on their fallback timer).
+    /// On: a release on the gate wakes the line's head, and only the head, with one message on
+    /// the head's process's own channel, received through ONE subscriber connection per node
+    /// per `Redlock` (opened by the first acquire that waits), whatever the number of keys. The
+    /// other waiters make one command per second to keep their place. A holder that crashed
+    /// is noticed when its key expires on the gate (the head times its next look by the key's
+    /// TTL there). See [`Retry`] for what `attempts` then means.
+    ///
+    /// Off: no subscriber connection; waiters still keep their places, and the head asks the
+    /// gate at the [`Retry`] pace, and so does the next in line; the others poll one pause per place
+    /// behind the head (up to 8 pauses, at most once a second).
+    ///
+    /// Clients of one resource may mix settings (and versions): exclusion never depends on the
+    /// line, only on the quorum; a client that does not follow the line can only slow the
+    /// others down to polling.
     pub fn wake_on_release(mut self, on: bool) -> Self {
         self.wake_on_release = on;
         self
@@ -296,16 +300,16 @@ impl Builder {
             }
             nodes.push(node);
         }
+        let line = Arc::new(Line::new(
+            &self.key_prefix,
+            nodes.len(),
+            !self.wake_on_release,
+        ));
         let wake = if self.wake_on_release {
-            Subscribers::new(&nodes, quorum::quorum(nodes.len()))
+            Subscribers::new(&nodes, line.clone())
         } else {
             None
         };
-        if let Some(wake) = &wake {
-            for (i, node) in nodes.iter_mut().enumerate() {
-                node.set_wake(wake.listens_to(i));
-            }
-        }
         let nodes: Vec<Arc<Node>> = nodes.into_iter().map(Arc::new).collect();
         for node in &nodes {
             node.connect();
@@ -354,6 +358,7 @@ impl Builder {
             fencing: self.fencing_tokens,
             background: Default::default(),
             renewer: Default::default(),
+            line,
             wake,
         }))
     }

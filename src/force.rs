@@ -10,8 +10,8 @@ use crate::redlock::Redlock;
 impl Redlock {
     /// Deletes `resource`'s lock key on every node WHOEVER holds it, and reports what each node
     /// held before (owner label, token fingerprint, TTL left) as an [`Inspection`] of the moment
-    /// of deletion: [`Inspection::holder`] is whose lock was broken. With wake-ups, each
-    /// deletion publishes like a release, so that waiters retry at once.
+    /// of deletion: [`Inspection::holder`] is whose lock was broken. The head of the key's wait
+    /// line is then woken, so that waiters retry at once.
     ///
     /// **This breaks mutual exclusion on purpose**: a holder that is still alive keeps working
     /// until its next extension fails (a kept-alive lock then reports
@@ -31,6 +31,12 @@ impl Redlock {
             })
             .await?;
         tracing::warn!(resource, "fredlock: lock broken by force (force_release)");
+        // Whoever waits in the key's line: the head's turn now.
+        let key = self.key(resource);
+        if let Some(gate) = self.inner.gate_of(&key) {
+            let line = crate::slots::line_key(&self.inner.key_prefix, &key);
+            self.inner.leave_line(gate, vec![key], line, String::new());
+        }
         Ok(broken)
     }
 }

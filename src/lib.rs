@@ -47,8 +47,9 @@
 //!    in the server's words, the server's `run_id` so one server never votes twice), `reply`
 //!    (every reply decoded into a vote, a slot, counters or a holder, or a typed error; pure),
 //!    `slots` (Redis Cluster hash slots and how derived keys share their lock's slot; pure),
-//!    `waiters` (the waiting acquires of a Redlock and which one a release wakes: FIFO, one per
-//!    release, the N per-node messages of a release de-duplicated; pure bookkeeping), `owner`
+//!    `line` (the waiting acquires of a Redlock as members of the wait lines kept on each
+//!    contended key's gate node: member names, wake-ups, subscriber liveness; pure
+//!    bookkeeping), `owner`
 //!    (what a lock key stores: the secret token, the separator and the public owner label;
 //!    label and token checks, fingerprints; pure).
 //! 2. `cluster`: a node that is a Redis Cluster: its slot table, one fred client per shard,
@@ -63,7 +64,8 @@
 //!    count [`Redlock::close`] waits for; generic over the Redlock above it. `pacing`:
 //!    [`KeepAliveOptions`] and the schedule and budget arithmetic they drive (when to extend,
 //!    for how long, when to give up; pure). `subscriber`: one subscriber connection per node,
-//!    started by the first acquire that waits, feeding release messages to `waiters`.
+//!    started by the first acquire that waits, subscribed to the Redlock's own wake-up channel,
+//!    feeding its messages to `line`.
 //! 5. `redlock`: the rounds: one acquire attempt, extend, release; [`Redlock`] and its shared state.
 //! 6. `lock` ([`Lock`] and the acquire retry loop that hands it out), `inspect` ([`Redlock::inspect`]).
 //! 7. `force` ([`Redlock::force_release`]: an operator breaks a lock, whoever holds it),
@@ -92,6 +94,7 @@ pub mod error;
 mod force;
 mod inspect;
 mod keepalive;
+mod line;
 mod lock;
 mod metrics;
 mod node;
@@ -105,7 +108,6 @@ mod scripts;
 mod semaphore;
 mod slots;
 mod subscriber;
-mod waiters;
 mod with_lock;
 
 pub use config::{Builder, Retry};
@@ -118,7 +120,9 @@ pub use inspect::{Holder, Inspection, NodeView, Verdict};
 pub use keepalive::{KeepAlive, KeepAliveOptions, LockHandle, Rejected};
 pub use lock::{AcquireOptions, Lock, ReleaseReport};
 pub use owner::{MAX_LABEL_LEN, MAX_TOKEN_LEN, SEPARATOR};
-pub use redlock::{Redlock, Resources, FALLBACK_FACTOR};
+#[allow(deprecated)]
+pub use redlock::FALLBACK_FACTOR;
+pub use redlock::{Redlock, Resources};
 pub use semaphore::{Permit, Semaphore, SemaphoreInspection, MAX_PERMITS};
 pub use with_lock::{OnLost, WithLock};
 

@@ -12,12 +12,13 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::{Error, Names, Result, Votes};
+use crate::line::{Member, RENEW};
 use crate::node::Held;
+use crate::node::Queue;
 use crate::quorum::{self, Outcome};
 use crate::redlock::{
-    random_up_to, spawn_release, Failure, Grant, Redlock, Resources, Retry, FALLBACK_FACTOR,
+    random_up_to, spawn_release, Failure, Grant, Inner, Redlock, Resources, Retry, Turn,
 };
-use crate::waiters::Waiter;
 
 /// A lock held on a quorum of nodes until [`deadline`](Lock::deadline).
 ///
@@ -471,53 +472,60 @@ impl Redlock {
             elapsed_us = tracing::field::Empty,
             remaining_ms = tracing::field::Empty,
         );
-        let attempt = || async {
-            let grant = self.attempt(&req).await?;
+        let line = req.line.as_ref().map(|(gate, line_key)| WaitLine {
+            gate: *gate,
+            line_key: line_key.clone(),
+            keys: req.keys.clone(),
+            hot: req.keys[0].clone(),
+        });
+        let req = &req;
+        let attempt = |turn: Turn| async move {
+            let grant = self.attempt(req, &turn).await?;
             Ok(Lock::from_grant(self.clone(), grant, req.ttl))
         };
         let lock = self
-            .with_retries(retry, wait, &req.resources, &req.keys, ttl, attempt)
+            .with_retries(retry, wait, &req.resources, line, ttl, attempt)
             .instrument(span.clone())
             .await?;
         span.record("remaining_ms", lock.remaining().as_millis() as u64);
         Ok(lock)
     }
 
-    /// The retry loop of every acquire: runs `attempt` until it succeeds, or `retry.attempts`
-    /// attempts failed (without `wait`), or the next attempt would start after `wait` (with it;
-    /// a wait too large for the clock is no limit). A rejected request ends it at once.
+    /// The retry loop of every acquire: runs `attempt` until it succeeds, or it has waited
+    /// `retry.attempts - 1` pauses (without `wait`), or the next attempt would start after
+    /// `wait` (with it; a wait too large for the clock is no limit). A rejected request ends it
+    /// at once.
     ///
-    /// Without wake-ups it pauses `delay + random(0..=jitter)` between attempts. With them (see
-    /// [`Builder::wake_on_release`](crate::Builder::wake_on_release)):
-    /// - a call that finds waiters of this Redlock already queued on all its `channels` (the
-    ///   lock keys; a semaphore's slot keys) queues behind them without attempting: the lock is
-    ///   held or being handed to the first of them, so an attempt would only cost commands and
-    ///   barge ahead of older waiters;
-    /// - otherwise, after its first attempt that met a holder it registers on `channels`, and
-    ///   its last attempt before any wait starts after those channels were subscribed (before
-    ///   that, failures of nodes or validity pause as without wake-ups);
-    /// - it waits for a wake-up or the timer: one retry pause while the subscriptions are not
-    ///   confirmed on enough nodes or the last attempt failed for another reason than a holder
-    ///   (nodes down, validity used up), else [`FALLBACK_FACTOR`] pauses for the
-    ///   longest-waiting waiter of a key and four times that for the others (the first notices
-    ///   an expired holder, and its release wakes the next). Without `wait`, `retry.attempts`
-    ///   is then a budget of waiting time (see [`Retry`]).
+    /// An acquire of one resource that may wait takes a place in the resource's wait line on
+    /// its gate node (`line`, see `crate::line`): its first refused attempt puts it in line,
+    /// and from then on it waits for its turn:
+    /// - woken (the gate's release script woke this member: it is the head and the key is
+    ///   free), it attempts on every node at once;
+    /// - otherwise its timer fires: it asks the gate alone (a probe, which also renews its
+    ///   place), and the other nodes only if the gate granted. The timer is [`RENEW`] while
+    ///   wake-ups reach it (for the head, the holder's TTL left on the gate if sooner, so an
+    ///   expired holder is noticed at once), else the retry pause times the place behind the head (1 to 8).
+    ///
+    /// Without a line (several resources, a node failure at the gate, a `try_acquire`), it
+    /// pauses `delay + random(0..=jitter)` between attempts. `attempts` is a budget of waiting
+    /// time in pauses either way: a long wait in line for a turn counts as the pauses it lasted.
+    /// Dropping the future, giving up or failing leaves the line (in the background).
     pub(crate) async fn with_retries<T, F, Fut>(
         &self,
         retry: Retry,
         wait: Option<Duration>,
         resources: &[String],
-        channels: &[String],
+        line: Option<WaitLine>,
         ttl: Duration,
         attempt: F,
     ) -> Result<T>
     where
-        F: FnMut() -> Fut,
+        F: FnMut(Turn) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, Failure>>,
     {
         let started = Instant::now();
         let result = self
-            .retry_loop(retry, wait, resources, channels, ttl, attempt)
+            .retry_loop(retry, wait, resources, line, ttl, attempt)
             .await;
         let outcome = match &result {
             Ok(_) => "granted",
@@ -535,184 +543,105 @@ impl Redlock {
         retry: Retry,
         wait: Option<Duration>,
         resources: &[String],
-        channels: &[String],
+        line: Option<WaitLine>,
         ttl: Duration,
         mut attempt: F,
     ) -> Result<T>
     where
-        F: FnMut() -> Fut,
+        F: FnMut(Turn) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, Failure>>,
     {
         let give_up = wait.and_then(|w| Instant::now().checked_add(w));
-        // Wake-ups only for a call that may wait at all (never for `try_acquire`).
+        // A place in line only for a call that may wait at all (never for `try_acquire`).
         let may_wait = wait.map_or(retry.attempts > 1, |w| !w.is_zero());
-        let wake = self.inner.wake.as_ref().filter(|_| may_wait);
-        // What the first attempt can rely on: channels already subscribed (by other waiters of
-        // this Redlock) save the re-attempt after registering.
-        let snapshot = wake
-            .map(|w| w.registry().snapshot(channels))
-            .unwrap_or_default();
-        let mut waiter: Option<Waiter> = None;
-        // Queue behind this Redlock's waiters instead of attempting first: nothing is lost, a
-        // release from now on wakes one of the queue (FIFO, this call last).
-        let mut queued = false;
-        if let Some(wake) = wake.filter(|w| w.registry().queued(channels)) {
-            waiter = Some(wake.registry().register(channels, &snapshot).0);
-            queued = true;
-            tracing::trace!("queued behind earlier waiters");
-        }
-        // With wake-ups and no `wait`: the time waited so far, in retry pauses.
+        let mut place = line
+            .filter(|_| may_wait)
+            .map(|l| Place::new(&self.inner, l));
+        // Waiting time so far and allowed, in retry pauses (no limit with `wait`).
         let mut waited = 0.0_f64;
-        let budget = f64::from(retry.attempts.saturating_sub(1));
+        let budget = match wait {
+            None => f64::from(retry.attempts.saturating_sub(1)),
+            Some(_) => f64::INFINITY,
+        };
         let mut attempts: u32 = 0;
-        let mut last: Option<Failure> = None;
-        // The last attempt met a holder (only then can a release be awaited; after a failure
-        // of nodes or validity, the retry pace applies as without wake-ups).
-        let mut contended = true;
-        let mut pause = retry.delay + random_up_to(retry.jitter);
+        // A key contended lately: ask its gate first rather than split the woken head's votes.
+        let mut probe = place.as_ref().is_some_and(|p| p.is_hot());
         loop {
-            // Attempt, unless this call queued behind others and has not been woken yet.
-            if !std::mem::take(&mut queued) {
-                attempts = attempts.saturating_add(1);
-                crate::metrics::attempt();
-                if let Some(w) = &waiter {
-                    w.begin_attempt();
-                }
-                let failure = match attempt().await {
-                    Ok(value) => {
-                        if let Some(w) = waiter.take() {
-                            w.acquired();
-                        }
-                        tracing::Span::current().record("attempt", attempts);
-                        tracing::debug!("acquired");
-                        return Ok(value);
+            attempts = attempts.saturating_add(1);
+            crate::metrics::attempt();
+            let turn = place.as_ref().map(|p| p.turn(probe)).unwrap_or_default();
+            let failure = match attempt(turn).await {
+                Ok(value) => {
+                    if let Some(p) = place.as_mut() {
+                        // Granted by the gate: it took us out of its line with the grant.
+                        // Granted without its answer: we may be in line there; leave (in the
+                        // background).
+                        p.joined = !p.gated.load(std::sync::atomic::Ordering::Relaxed);
                     }
-                    Err(Failure::Rejected(e)) => return Err(e.into()),
-                    Err(failure) => failure,
-                };
-                if let Some(w) = &waiter {
-                    w.end_attempt();
+                    tracing::Span::current().record("attempt", attempts);
+                    tracing::debug!("acquired");
+                    return Ok(value);
                 }
-                tracing::trace!(attempt = attempts, "attempt failed");
-                pause = retry.delay + random_up_to(retry.jitter);
-                let now = Instant::now();
-                let Some(wake) = wake else {
-                    let out_of_time =
-                        give_up.is_some_and(|g| now.checked_add(pause).is_none_or(|t| t >= g));
-                    let out_of_attempts = wait.is_none() && attempts >= retry.attempts;
-                    if out_of_attempts || out_of_time {
-                        return Err(self.failed(failure, resources, attempts, ttl));
-                    }
-                    tokio::time::sleep(pause).await;
-                    continue;
-                };
-                // Pauses of budget left (without `wait`; no such limit with it).
-                let left = if wait.is_none() {
-                    budget - waited
-                } else {
-                    f64::INFINITY
-                };
-                if left <= 0.0 || give_up.is_some_and(|g| now >= g) {
-                    return Err(self.failed(failure, resources, attempts, ttl));
-                }
-                contended = matches!(failure, Failure::Contended(_));
-                last = Some(failure);
-                if waiter.is_none() && !contended {
-                    // Nodes failed or the validity ran out: no holder to wait for (no reason
-                    // to subscribe), so the retry pace, as without wake-ups.
-                    let until = now.checked_add(pause);
-                    let until = match (until, give_up) {
-                        (Some(t), Some(g)) => Some(t.min(g)),
-                        (t, g) => t.or(g),
-                    };
-                    match until {
-                        Some(t) => tokio::time::sleep_until(t).await,
-                        None => tokio::time::sleep(pause).await,
-                    }
-                    // One pause, as when polling (however late the timer fired on a busy
-                    // machine).
-                    waited += 1.0;
-                    if give_up.is_some_and(|g| Instant::now() >= g) {
-                        if let Some(failure) = last.take() {
-                            return Err(self.failed(failure, resources, attempts, ttl));
-                        }
-                    }
-                    continue;
-                }
-                if waiter.is_none() {
-                    wake.start();
-                    let (w, fresh) = wake.registry().register(channels, &snapshot);
-                    let w = waiter.insert(w);
-                    if !fresh {
-                        // A release may have landed between the failed attempt and the
-                        // subscription, and published to nobody: once subscribed, attempt
-                        // again before waiting (the classic bug this avoids sleeps a full
-                        // timeout). Not covered in time: polling, as without wake-ups.
-                        let bound = now.checked_add(self.inner.node_timeout(ttl)).unwrap_or(now);
-                        let bound = give_up.map_or(bound, |g| g.min(bound));
-                        // (Not counted as waiting: the subscription's round trip is ours.)
-                        let covered = w.until_covered(bound).await;
-                        if covered {
-                            tracing::trace!("subscribed; attempting again before waiting");
-                            continue;
-                        }
-                    }
-                }
+                Err(Failure::Rejected(e)) => return Err(e.into()),
+                Err(failure) => failure,
+            };
+            tracing::trace!(attempt = attempts, "attempt failed");
+            let queue = match &failure {
+                Failure::Queued(_, q) if q.rank >= 0 => Some(*q),
+                _ => None,
+            };
+            if let Some(p) = place.as_mut() {
+                p.failed(queue.is_some() || matches!(failure, Failure::Contended(_)));
             }
-            let Some(w) = &waiter else {
-                continue;
+            let pause = retry.delay + random_up_to(retry.jitter);
+            let now = Instant::now();
+            if waited >= budget || give_up.is_some_and(|g| now >= g) {
+                return Err(self.failed(failure, resources, attempts, ttl));
+            }
+            let timer = match (&place, queue) {
+                (Some(p), Some(q)) => p.timer(q, pause),
+                // In line without news of the place (the gate failed): renew it in time.
+                (Some(p), None) if p.joined => pause.min(RENEW),
+                _ => pause,
             };
-            let left = if wait.is_none() {
-                (budget - waited).max(0.0)
-            } else {
-                f64::INFINITY
+            let planned = pauses(timer, pause).min(budget - waited);
+            let until = Duration::try_from_secs_f64(pause.as_secs_f64() * planned)
+                .ok()
+                .filter(|_| !pause.is_zero())
+                .unwrap_or(timer);
+            let until = now.checked_add(until);
+            let until = match (until, give_up) {
+                (Some(t), Some(g)) => Some(t.min(g)),
+                (t, g) => t.or(g),
             };
-            tracing::trace!(attempt = attempts, covered = w.covered(), "waiting");
-            let mut coverage = w.coverage();
-            let started = Instant::now();
-            // The pauses this wait counts for when its timer fires (a late timer on a busy
-            // machine does not eat the budget); a wake-up counts the time waited, at most that.
-            let mut planned;
-            loop {
-                let factor = match (contended && w.covered(), w.is_head()) {
-                    (true, true) => f64::from(FALLBACK_FACTOR),
-                    (true, false) => f64::from(FALLBACK_FACTOR) * 4.0,
-                    (false, _) => 1.0,
-                };
-                planned = factor.min(left);
-                let timer = Duration::try_from_secs_f64(pause.as_secs_f64() * planned)
-                    .ok()
-                    .and_then(|t| started.checked_add(t));
-                let until = match (timer, give_up) {
-                    (Some(t), Some(g)) => Some(t.min(g)),
-                    (t, g) => t.or(g),
-                };
-                let timer = async {
-                    match until {
-                        Some(t) => tokio::time::sleep_until(t).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    biased;
-                    () = w.woken() => {
-                        waited += pauses(started.elapsed(), pause).min(planned);
-                        break;
-                    }
-                    () = timer => {
-                        waited += planned;
-                        // No attempt starts after `wait` (but every call makes one).
-                        if give_up.is_some_and(|g| Instant::now() >= g) {
-                            if let Some(failure) = last.take() {
-                                return Err(self.failed(failure, resources, attempts, ttl));
-                            }
-                        }
-                        break;
-                    }
-                    changed = coverage.changed() => {
-                        if changed.is_err() {
-                            coverage = w.coverage();
-                        }
+            let sleep = async {
+                match until {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let woken = async {
+                match &place {
+                    Some(p) if queue.is_some() => p.member.woken().await,
+                    _ => std::future::pending().await,
+                }
+            };
+            tracing::trace!(attempt = attempts, ?queue, "waiting");
+            tokio::select! {
+                biased;
+                () = woken => {
+                    waited += pauses(now.elapsed(), pause).min(planned);
+                    // Woken by the gate: the head of the line, the key free: every node at
+                    // once. Woken by a subscriber coming up: look at the gate first.
+                    probe = !place.as_ref().is_some_and(|p| p.member.take_turn());
+                }
+                () = sleep => {
+                    waited += planned;
+                    // A timer in line: ask the gate first (it also renews the place).
+                    probe = queue.is_some();
+                    // No attempt starts after `wait` (but every call makes one).
+                    if give_up.is_some_and(|g| Instant::now() >= g) {
+                        return Err(self.failed(failure, resources, attempts, ttl));
                     }
                 }
             }
@@ -730,7 +659,7 @@ impl Redlock {
         tracing::Span::current().record("attempt", attempts);
         let resources = Names(resources.to_vec());
         match failure {
-            Failure::Contended(votes) => Error::Contended {
+            Failure::Contended(votes) | Failure::Queued(votes, _) => Error::Contended {
                 resources,
                 attempts,
                 votes,
@@ -753,5 +682,94 @@ fn pauses(elapsed: Duration, pause: Duration) -> f64 {
         1.0
     } else {
         elapsed.as_secs_f64() / pause.as_secs_f64()
+    }
+}
+
+/// Where a waiting acquire's line is: its gate, the line's key, the lock keys (a leaver that
+/// was the head wakes the next one when one of them is free) and the key whose contention this
+/// Redlock remembers.
+pub(crate) struct WaitLine {
+    pub(crate) gate: usize,
+    pub(crate) line_key: String,
+    pub(crate) keys: Vec<String>,
+    pub(crate) hot: String,
+}
+
+/// A waiting acquire's place in a line: its member, and whether the gate may have it in line
+/// (then leaving, by giving up or being dropped, removes it there in the background).
+struct Place {
+    inner: Arc<Inner>,
+    line: WaitLine,
+    member: Member,
+    joined: bool,
+    /// The last attempt's gate granted.
+    gated: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Place {
+    fn new(inner: &Arc<Inner>, line: WaitLine) -> Place {
+        Place {
+            member: inner.line.member(Some(line.gate)),
+            inner: inner.clone(),
+            line,
+            joined: false,
+            gated: Default::default(),
+        }
+    }
+
+    fn is_hot(&self) -> bool {
+        self.inner.line.is_hot(&self.line.hot)
+    }
+
+    /// The next attempt's turn; forgets a wake-up that came during the previous attempt.
+    fn turn(&self, probe: bool) -> Turn {
+        self.member.clear();
+        Turn {
+            member: Some(self.member.name().clone()),
+            probe,
+            gated: self.gated.clone(),
+        }
+    }
+
+    /// An attempt failed (`contended`: a holder or a line was in the way).
+    fn failed(&mut self, contended: bool) {
+        // Any failed attempt may have left us in line (refused, or put back at the front).
+        self.joined = true;
+        if contended {
+            self.inner.line.mark_hot(&self.line.hot);
+            if let Some(wake) = &self.inner.wake {
+                wake.start();
+            }
+        }
+    }
+
+    /// How long to wait for a wake-up before probing the gate, at place `q` of the line.
+    fn timer(&self, q: Queue, pause: Duration) -> Duration {
+        let woken = self.inner.wake.is_some() && self.inner.line.is_up(self.line.gate);
+        let expiry = u64::try_from(q.pttl)
+            .ok()
+            .map(|ms| Duration::from_millis(ms.saturating_add(1)));
+        match (woken, q.rank) {
+            (true, 0) => expiry.map_or(RENEW, |e| e.min(RENEW)),
+            (true, _) => RENEW,
+            // Polling: the next in line at the retry pace, the others as far behind as they are.
+            (false, rank) => {
+                let behind = u32::try_from(rank.clamp(1, 8)).unwrap_or(8);
+                pause.saturating_mul(behind).min(RENEW)
+            }
+        }
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if self.joined {
+            self.inner.leave_line(
+                self.line.gate,
+                std::mem::take(&mut self.line.keys),
+                std::mem::take(&mut self.line.line_key),
+                self.member.name().to_string(),
+            );
+        }
     }
 }

@@ -12,7 +12,7 @@
 //! | `fredlock_extensions_total` | counter | `outcome` | extensions (by hand and keep-alive): `ok`, `failed` |
 //! | `fredlock_lost_total` | counter | `reason` | kept-alive locks lost: `token_gone`, `expired`, `budget_exhausted`, `task_ended` |
 //! | `fredlock_node_failures_total` | counter | `node`, `kind` | per-node failures in lock rounds: `timeout`, `connection`, `server`, `unexpected_reply`, `auth`, `tls`, `client` (a duplicate server is not a failure and not counted) |
-//! | `fredlock_waiters` | gauge | | acquires of this process waiting for a release (with wake-ups on) |
+//! | `fredlock_waiters` | gauge | | acquires of this process waiting for their turn in a wait line |
 //!
 //! Owns: the names and labels. Must not: decide anything (it only observes).
 

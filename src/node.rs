@@ -24,14 +24,14 @@ use fred::prelude::{ClientLike, Config, ServerConfig, Value};
 use fred::types::{ClusterHash, CustomCommand};
 
 use crate::batch::Batch;
-pub(crate) use crate::batch::Held;
+pub(crate) use crate::batch::{Held, LineRef};
 use crate::cluster::Shards;
 use crate::connection::{self, options, Link, Servers, State};
 use crate::error::{InvalidInput, NodeError, NodeErrorKind, Vote};
 use crate::reply;
 use crate::scripts::Script;
 
-pub(crate) use crate::reply::{Acquired, Slot};
+pub(crate) use crate::reply::{Acquired, Queue, Slot};
 pub use fred::clients::Client;
 
 /// How a node reaches its data.
@@ -56,12 +56,11 @@ pub(crate) struct Node {
     quit: std::sync::atomic::AtomicBool,
     /// What the connect loop knows: link, identity, latest cause of failure.
     pub(crate) state: Arc<State>,
-    /// Releases publish their token on each deleted key's channel (waiters listen; see
-    /// `subscriber`).
-    wake: bool,
     /// A single server's hot path (single-key acquire and release), coalesced under
     /// concurrency (see `batch`); `None` on a cluster node.
     batch: Option<Batch>,
+    /// This node refused a line script (the user may not run scripts): it keeps no lines.
+    no_line: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Node {
@@ -119,8 +118,23 @@ impl Held {
             } else {
                 pick(&self.fence_keys)
             },
+            line: None,
         }
     }
+}
+
+/// The server refused a script to this user (`NOPERM ... 'eval'`).
+fn scripts_denied(e: &NodeError) -> bool {
+    e.kind == NodeErrorKind::Server && e.message.contains("NOPERM") && e.message.contains("eval")
+}
+
+/// The gate scripts' arguments after a semaphore's own: member, lease, channel prefix.
+fn line_argv(line: &LineRef) -> [Value; 3] {
+    [
+        Value::from(line.member.as_deref().unwrap_or("")),
+        Value::Integer(crate::line::LEASE.as_millis() as i64),
+        Value::from(line.local.prefix()),
+    ]
 }
 
 /// One node's vote from its slots' votes: failed if any failed, refused if any refused.
@@ -147,6 +161,8 @@ pub(crate) struct SlotRequest {
     /// The value to store (see [`Held::value`]).
     pub(crate) value: String,
     pub(crate) ttl_ms: u64,
+    /// The semaphore's wait line (its gate takes the slot through it).
+    pub(crate) line: Option<LineRef>,
 }
 
 /// One lock's share of a batched extension (see [`Node::extend_many`]): its keys and token, and
@@ -202,14 +218,9 @@ impl Node {
             addr,
             owned: false,
             quit: Default::default(),
-            wake: false,
             batch,
+            no_line: Default::default(),
         }
-    }
-
-    /// Makes releases publish a wake-up for waiters (`scripts::RELEASE_WAKE`).
-    pub(crate) fn set_wake(&mut self, on: bool) {
-        self.wake = on;
     }
 
     /// The configuration a subscriber connection to this node uses; `None` for a cluster node
@@ -336,11 +347,7 @@ impl Node {
     /// this token's acquire (see `Shards::call`).
     async fn release_script(&self, held: &Held, timeout: Duration) -> Result<Value, NodeError> {
         let scripts = crate::scripts::Scripts::get();
-        let release = if self.wake {
-            &scripts.release_wake
-        } else {
-            &scripts.release
-        };
+        let release = &scripts.release;
         let Backend::Cluster(shards) = &self.backend else {
             return self.script(release, held, None, timeout).await;
         };
@@ -409,6 +416,23 @@ impl Node {
         if let Err(e) = self.state.counts() {
             return Acquired::plain(Vote::Failed(e));
         }
+        if let Some(line) = self.gated(&held.line) {
+            let _running = self.inflight(&held.value);
+            let here = self.acquire_gated(&held, line, ttl_ms, timeout);
+            let answer = match &self.backend {
+                Backend::Server(_) => here.await,
+                Backend::Cluster(_) => Box::pin(crate::cluster::creating(&held.value, here)).await,
+            };
+            match &answer.vote {
+                // This user may not run scripts here: no line on this node; the plain SET.
+                Vote::Failed(e) if scripts_denied(e) => {
+                    tracing::warn!(node = %self.name, cause = %e.message, "fredlock: this node refuses scripts, so it keeps no wait line (waiters poll); grant +@scripting to the user");
+                    self.no_line
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                _ => return answer,
+            }
+        }
         if let (Some(batch), [_], true) = (
             &self.batch,
             held.keys.as_slice(),
@@ -456,7 +480,11 @@ impl Node {
             }
             _ => None,
         };
-        Acquired { vote, counters }
+        Acquired {
+            vote,
+            counters,
+            queue: None,
+        }
     }
 
     async fn acquire_one(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Acquired {
@@ -593,15 +621,22 @@ impl Node {
             .map(String::as_str)
             .collect();
         let fenced = if req.fence_keys.is_empty() { "0" } else { "1" };
-        let argv = [
+        let mut argv = vec![
             Value::from(req.value.as_str()),
             Value::Integer(req.ttl_ms as i64),
             Value::Integer(req.slot_keys.len() as i64),
             Value::from(fenced),
         ];
-        let reply = self
-            .script_on(&scripts.sem_acquire, &keys, &argv, timeout)
-            .await;
+        let mut keys = keys;
+        let script = match self.gated(&req.line) {
+            Some(line) => {
+                keys.push(&line.key);
+                argv.extend(line_argv(line));
+                &scripts.sem_gate
+            }
+            None => &scripts.sem_acquire,
+        };
+        let reply = self.script_on(script, &keys, &argv, timeout).await;
         reply::slot(&self.name, reply, req.slot_keys.len())
     }
 
@@ -806,15 +841,27 @@ impl Node {
         // Sent even to a duplicate (it only deletes our own token), but a duplicate's answer
         // is never counted.
         let counts = self.state.counts();
-        let vote = match self.slot_groups(&held.keys) {
-            None => {
+        let gated = self.gated(&held.line);
+        let vote = match (gated, self.slot_groups(&held.keys)) {
+            (Some(line), _) => {
+                let reply = self.gate_release(held, line, timeout).await;
+                let (vote, woken) = reply::gate_released(&self.name, reply, held.keys.len());
+                if let Some(member) = woken {
+                    line.local.woke(&member);
+                    if let Some(key) = held.keys.first() {
+                        line.local.mark_hot(key);
+                    }
+                }
+                vote
+            }
+            (None, None) => {
                 let reply = match (&self.batch, held.keys.len()) {
-                    (Some(batch), 1) => batch.release(held, self.wake, timeout).await,
+                    (Some(batch), 1) => batch.release(held, timeout).await,
                     _ => self.release_script(held, timeout).await,
                 };
                 reply::released(&self.name, reply, held.keys.len())
             }
-            Some(groups) => {
+            (None, Some(groups)) => {
                 let this = self;
                 all(futures::future::join_all(groups.iter().map(|g| {
                     let sub = held.subset(g);
@@ -834,6 +881,108 @@ impl Node {
         vote
     }
 
+    /// `line` when this node is its gate (and may keep lines).
+    fn gated<'a>(&self, line: &'a Option<LineRef>) -> Option<&'a LineRef> {
+        line.as_ref()
+            .filter(|l| l.gate == self.state.index)
+            .filter(|_| !self.no_line.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// One key through its gate's wait line (`scripts::GATE_ACQUIRE`).
+    async fn acquire_gated(
+        &self,
+        held: &Held,
+        line: &LineRef,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Acquired {
+        let scripts = crate::scripts::Scripts::get();
+        let Some(key) = held.keys.first() else {
+            return Acquired::plain(Vote::Failed(self.unexpected("key")));
+        };
+        let mut keys = vec![key.as_str(), line.key.as_str()];
+        if let Some(fence) = held.fence_keys.first() {
+            keys.push(fence);
+        }
+        let member = line.member.as_deref().unwrap_or("");
+        let rank = if line.local.polls() { "rank" } else { "" };
+        let argv = [
+            Value::from(held.value.as_str()),
+            Value::Integer(ttl_ms as i64),
+            Value::from(member),
+            Value::Integer(crate::line::LEASE.as_millis() as i64),
+            Value::from(rank),
+        ];
+        let reply = self
+            .script_on(&scripts.gate_acquire, &keys, &argv, timeout)
+            .await;
+        reply::gate_acquired(&self.name, reply, !held.fence_keys.is_empty())
+    }
+
+    /// The release on a gate (`scripts::GATE_RELEASE`): wakes the line's head after a holder's
+    /// release, puts a waiter back at the front after its failed attempt.
+    async fn gate_release(
+        &self,
+        held: &Held,
+        line: &LineRef,
+        timeout: Duration,
+    ) -> Result<Value, NodeError> {
+        let scripts = crate::scripts::Scripts::get();
+        let wake = line.wake.load(std::sync::atomic::Ordering::Acquire);
+        let mode = match (&line.member, wake) {
+            (_, true) => "w",
+            (Some(member), false) => member,
+            (None, false) => "q",
+        };
+        let mut args = Vec::with_capacity(held.keys.len() + 8);
+        args.push(Value::from(scripts.gate_release.body));
+        args.push(Value::Integer(held.keys.len() as i64 + 1));
+        args.extend(held.keys.iter().map(|k| Value::from(k.as_str())));
+        args.push(Value::from(line.key.as_str()));
+        args.push(Value::from(held.value.as_str()));
+        args.push(Value::from(mode));
+        args.push(Value::Integer(crate::line::LEASE.as_millis() as i64));
+        args.push(Value::from(line.local.prefix()));
+        args.push(Value::from(format!("{:08x}", rand::random::<u32>())));
+        match &self.backend {
+            Backend::Server(_) => self.call("EVAL", 2, args, timeout).await,
+            Backend::Cluster(shards) => {
+                let Some(first) = held.keys.first() else {
+                    return Ok(Value::Array(vec![Value::Integer(0), Value::from("")]));
+                };
+                Box::pin(shards.call("EVAL", first, args, timeout, Some(&held.value))).await
+            }
+        }
+    }
+
+    /// Leaves `line` (a waiter that gave up), or with no member pokes it (a broken lock): the
+    /// next head is woken when a key is free. Returns the member woken.
+    pub(crate) async fn leave_line(
+        self: Arc<Self>,
+        keys: Arc<Vec<String>>,
+        line: Arc<(String, String, String)>,
+        timeout: Duration,
+    ) -> Result<Option<String>, NodeError> {
+        let scripts = crate::scripts::Scripts::get();
+        let (line_key, member, prefix) = &*line;
+        let all: Vec<&str> = keys
+            .iter()
+            .map(String::as_str)
+            .chain(std::iter::once(line_key.as_str()))
+            .collect();
+        let argv = [Value::from(member.as_str()), Value::from(prefix.as_str())];
+        match self
+            .script_on(&scripts.line_leave, &all, &argv, timeout)
+            .await?
+        {
+            Value::String(s) if s.is_empty() => Ok(None),
+            Value::String(s) => Ok(Some(s.to_string())),
+            Value::Bytes(b) if b.is_empty() => Ok(None),
+            Value::Bytes(b) => Ok(Some(String::from_utf8_lossy(&b).into_owned())),
+            _ => Err(self.unexpected("woken member")),
+        }
+    }
+
     /// Who holds `key` here: `Some((value, pttl_ms))`, or `None` when the key does not exist.
     pub(crate) async fn inspect(
         self: Arc<Self>,
@@ -847,15 +996,14 @@ impl Node {
     }
 
     /// Deletes `key` here whoever holds it, and says what it held: `Some((value, pttl_ms))`, or
-    /// `None` when there was no key. Publishes the value with wake-ups (as a release does).
+    /// `None` when there was no key. (The caller pokes the key's wait line, see `leave_line`.)
     pub(crate) async fn force_delete(
         self: Arc<Self>,
         key: String,
         timeout: Duration,
     ) -> Result<Option<(String, i64)>, NodeError> {
         let scripts = crate::scripts::Scripts::get();
-        let publish = u64::from(self.wake);
-        self.holder_script(&scripts.force_break, key, Some(publish), timeout)
+        self.holder_script(&scripts.force_break, key, None, timeout)
             .await
     }
 
@@ -880,6 +1028,7 @@ impl Node {
             custom: false,
             resources: Vec::new(),
             fence_keys: Vec::new(),
+            line: None,
         };
         let reply = self.script(script, &held, extra, timeout).await;
         reply::holder(&self.name, reply)
@@ -976,6 +1125,7 @@ mod future_size {
             custom: false,
             resources: Vec::new(),
             fence_keys: Vec::new(),
+            line: None,
         });
         let second = Duration::from_secs(1);
         let sizes = [

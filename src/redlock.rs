@@ -14,7 +14,8 @@ use tokio::time::Instant;
 pub(crate) use crate::background::spawn_release;
 use crate::background::{self, Background, CleanupGuard, Releaser};
 use crate::error::{Error, InvalidInput, Names, NotHeldReason, Result, Vote, Votes};
-use crate::node::{Acquired, Extension, Held, Node};
+use crate::line::Line;
+use crate::node::{Acquired, Extension, Held, LineRef, Node, Queue};
 use crate::quorum::{
     self, each_known, fan_out, item_votes, quorum_known, votes, AsVote, Late, Outcome,
 };
@@ -44,8 +45,10 @@ pub(crate) struct Inner {
     pub(crate) background: Background,
     /// The keep-alive renewer of this Redlock (a handle the `renewal` layer above keeps here).
     pub(crate) renewer: Slot,
-    /// Wake-ups on release: the subscriber connections and the waiters' registry (`None`: off,
-    /// or too few nodes can have a subscriber; waiters poll).
+    /// The waiting acquires of this Redlock as members of the gates' wait lines.
+    pub(crate) line: Arc<Line>,
+    /// Wake-ups on release: the subscriber connections (`None`: off, or no node can have a
+    /// subscriber; waiters in a line probe their gate at the retry pace).
     pub(crate) wake: Option<Subscribers>,
 }
 
@@ -88,8 +91,10 @@ pub(crate) struct ExtendRequest {
     pub(crate) deadline: Instant,
 }
 
-/// With wake-ups and confirmed subscriptions, the fallback timer of a waiting acquire is this
-/// many retry pauses (see [`Retry`]).
+/// Earlier releases timed a waiting acquire's fallback poll as this many retry pauses. Waiting
+/// acquires now keep a place in their resource's wait line and are woken in turn (see
+/// [`Retry`]); nothing reads this constant any more.
+#[deprecated(note = "waiting acquires now wait in line; see `Retry`")]
 pub const FALLBACK_FACTOR: u32 = 4;
 
 /// Resource names starting with this are fredlock's own (fencing counters, semaphore slots):
@@ -101,22 +106,17 @@ pub(crate) const RESERVED: &str = "~";
 /// Between attempts it sleeps `delay` plus a uniformly random extra of up to `jitter`, so that
 /// contenders spread out instead of colliding again. There is no sleep after the last attempt.
 ///
-/// **With wake-ups** ([`Builder::wake_on_release`](crate::Builder::wake_on_release), on by
-/// default) a waiting acquire retries as soon as a release wakes it, and the timer is only a
-/// fallback for what sends no message: a holder that crashed (its key expires), a message lost
-/// with its connection, a release by a client with wake-ups off. While its keys' channels are
-/// subscribed on enough nodes (`nodes - quorum + 1`, so that a release that frees a key on a
-/// quorum publishes on at least one of them), the longest-waiting waiter of a key in a
-/// `Redlock` polls every [`FALLBACK_FACTOR`] (4) pauses, `4 × (delay + random(0..=jitter))`, and
-/// the others every 16 (the first one's acquisition and release wake the next). Polling at the
-/// retry pace would cost every waiter one command per node per pause for nothing; 4 pauses still
-/// notice an expired holder's key within `4 × (delay + jitter)` of its expiry (16 × when the
-/// first waiter had just left). Otherwise (a subscriber down, too few nodes confirmed, or an
-/// attempt that failed for nodes or validity rather than a holder) the timer is the plain
-/// pause. `attempts` is then a budget of waiting TIME rather than a count: an acquire gives up
-/// once it has waited `attempts - 1` pauses, however the waits ended, so it waits about as long
-/// as with polling; attempts made when woken come on top. `acquire_with`'s `wait` bounds it as
-/// before (no attempt starts after it).
+/// **Waiting in line.** An acquire of ONE resource (a lock, a semaphore, an election) that has
+/// to wait takes a place in the resource's wait line, on one node chosen by the resource's name
+/// (its gate), which grants its vote only to the line's head: the fleet's waiters take turns in
+/// arrival order instead of racing each other on every node. With wake-ups
+/// ([`Builder::wake_on_release`](crate::Builder::wake_on_release), on by default) the head is
+/// woken by the release that frees the lock; the others keep their place with one command per
+/// second. Without wake-ups, the head asks the gate every `delay + random(0..=jitter)`, the
+/// others one pause per place behind the head (up to 8). Either way `attempts` is a budget of waiting TIME: an acquire
+/// gives up once it has waited `attempts - 1` pauses (a wait in line counts as the pauses it
+/// lasted), so it waits about as long as with plain polling; `acquire_with`'s `wait` bounds it
+/// instead (no attempt starts after it). Several resources locked at once wait by polling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retry {
     /// Every attempt counts, the first included: 1 = a single try. Must be at least 1.
@@ -215,6 +215,21 @@ pub(crate) struct Request {
     pub(crate) label: String,
     /// The caller's token (validated), used by every attempt; `None`: a fresh one per attempt.
     pub(crate) token: Option<String>,
+    /// A single key's wait line: its gate node and the line's key.
+    pub(crate) line: Option<(usize, String)>,
+}
+
+/// What one attempt of a waiting acquire is (see `lock`'s retry loop).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Turn {
+    /// The waiter's member in the wait line (`None`: the acquire does not wait).
+    pub(crate) member: Option<Arc<str>>,
+    /// Ask the gate alone first, and the other nodes only once it granted: a waiter that is
+    /// not known to be the line's head must not set keys elsewhere (it would split the votes
+    /// of the head the gate is handing the lock to).
+    pub(crate) probe: bool,
+    /// Set by the attempt: the gate granted (and so took the member out of its line).
+    pub(crate) gated: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Request {
@@ -230,6 +245,8 @@ impl Request {
 /// Why one attempt did not produce a lock.
 pub(crate) enum Failure {
     Contended(Votes),
+    /// Contended, and the gate put the waiter in the key's wait line (or told its place).
+    Queued(Votes, Queue),
     Unavailable(Votes),
     Expired(Duration),
     /// Not worth retrying (for example a semaphore used with another number of permits).
@@ -315,6 +332,14 @@ impl Redlock {
         futures::future::join_all(quits).await;
     }
 
+    /// The node (an index into [`node_names`](Self::node_names)) that keeps `resource`'s wait
+    /// line: the acquires that wait for it take turns there (see [`Retry`]). Every process that
+    /// lists the same nodes, in any order, picks the same one. `None` when no configured node
+    /// is a single server (cluster nodes keep no line; waiters poll).
+    pub fn line_node(&self, resource: &str) -> Option<usize> {
+        self.inner.gate_of(&self.key(resource))
+    }
+
     /// The Redis key that holds `resource`'s lock on every node.
     pub fn key(&self, resource: &str) -> String {
         format!("{}{}", self.inner.key_prefix, resource)
@@ -375,6 +400,13 @@ impl Redlock {
         for (key, fence) in keys.iter().zip(&fence_keys) {
             self.check_slots(&[key.clone(), fence.clone()])?;
         }
+        let line = match keys.as_slice() {
+            [key] => self
+                .inner
+                .gate_of(key)
+                .map(|g| (g, crate::slots::line_key(&self.inner.key_prefix, key))),
+            _ => None,
+        };
         Ok(Request {
             resources,
             keys,
@@ -385,11 +417,16 @@ impl Redlock {
             timeout: self.inner.node_timeout(ttl),
             label: self.inner.label.clone(),
             token: None,
+            line,
         })
     }
 
     /// One Redlock attempt with a fresh token (or the caller's).
-    pub(crate) async fn attempt(&self, req: &Request) -> std::result::Result<Grant, Failure> {
+    pub(crate) async fn attempt(
+        &self,
+        req: &Request,
+        turn: &Turn,
+    ) -> std::result::Result<Grant, Failure> {
         let (value, custom) = req.value();
         let held = Arc::new(Held {
             keys: req.keys.clone(),
@@ -397,6 +434,10 @@ impl Redlock {
             custom,
             resources: req.resources.clone(),
             fence_keys: req.fence_keys.clone(),
+            line: req
+                .line
+                .as_ref()
+                .map(|(gate, key)| self.inner.line_ref(*gate, key, turn)),
         });
         // Armed until the outcome is settled: if this future is dropped, release everywhere.
         let mut guard = CleanupGuard {
@@ -409,29 +450,21 @@ impl Redlock {
             guard.inner = None;
             return Err(Failure::Expired(Duration::ZERO));
         };
-        let calls = self
-            .inner
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (i, n.clone().acquire(held.clone(), req.ttl_ms, req.timeout)));
-        let answers = fan_out(
-            self.inner.nodes.len(),
-            calls,
-            Some(deadline),
-            Late::Finish,
-            quorum_known,
-        )
-        .await;
+        let (answers, sent) = match (&req.line, turn.probe) {
+            (Some((gate, _)), true) => self.inner.probe_round(&held, req, *gate, deadline).await,
+            _ => (self.inner.acquire_round(&held, req, deadline).await, None),
+        };
+        let queue = req
+            .line
+            .as_ref()
+            .and_then(|(gate, _)| answers[*gate].as_ref())
+            .and_then(|a| a.queue);
         let mut counters = Vec::new();
         let votes = Votes(
             answers
                 .into_iter()
                 .map(|a| {
-                    let a = a.unwrap_or(Acquired {
-                        vote: Vote::Pending,
-                        counters: None,
-                    });
+                    let a = a.unwrap_or(Acquired::plain(Vote::Pending));
                     counters.push(a.counters);
                     a.vote
                 })
@@ -444,11 +477,26 @@ impl Redlock {
         span.record("failed", votes.failed());
         span.record("elapsed_us", now.duration_since(t0).as_micros() as u64);
 
-        let granted = quorum::outcome(&votes.0) == Outcome::Reached;
+        // A quorum without the gate while the gate keeps a line ahead of us is not taken (we
+        // are behind its head, or do not wait and the gate refused for the line alone): the
+        // head is being handed the lock. Giving up a grant is always safe. (The head itself
+        // takes a quorum without the gate, whose key someone else holds.)
+        let granted = quorum::outcome(&votes.0) == Outcome::Reached
+            && !queue.is_some_and(|q| q.rank > 0 || (q.rank < 0 && q.pttl == -2));
+        if let Some((gate, _)) = &req.line {
+            // Granted there: the gate took the member out of its line. Otherwise (not answered
+            // yet, or failed) a refusal there may still have put it in line: the retry loop
+            // then leaves the line after a grant.
+            turn.gated.store(
+                votes.0.get(*gate) == Some(&Vote::Granted),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
         let mut failure = None;
         if granted && now < deadline {
             if held.fence_keys.is_empty() {
                 guard.inner = None;
+                granted_line(&held);
                 return Ok(Grant {
                     held,
                     t0,
@@ -467,6 +515,7 @@ impl Redlock {
             now = Instant::now();
             if quorum::outcome(&raised.0) == Outcome::Reached && now < deadline {
                 guard.inner = None;
+                granted_line(&held);
                 return Ok(Grant {
                     held,
                     t0,
@@ -482,7 +531,9 @@ impl Redlock {
         // release is handed to each node's connection (queued behind that node's SET, so it
         // lands after it) but not awaited: the call's time bound must not include it, and a
         // next attempt's SET is queued behind it in turn.
-        let targets = (0..votes.0.len()).filter(|&i| votes.0[i] != Vote::Refused);
+        let targets = (0..votes.0.len())
+            .filter(|&i| votes.0[i] != Vote::Refused)
+            .filter(|&i| sent.as_ref().is_none_or(|s| s[i]));
         self.inner.release_unawaited(&held, targets, req.ttl).await;
         guard.inner = None;
         // Out of validity with answers still outstanding: the TTL is too short for the network,
@@ -496,6 +547,8 @@ impl Redlock {
             || votes.refused() == 0
         {
             Failure::Unavailable(votes)
+        } else if let Some(queue) = queue {
+            Failure::Queued(votes, queue)
         } else {
             Failure::Contended(votes)
         };
@@ -503,7 +556,140 @@ impl Redlock {
     }
 }
 
+/// A granted lock's releases wake its line's head (its attempt's clean-up would have put the
+/// waiter back in line instead).
+fn granted_line(held: &Held) {
+    if let Some(line) = &held.line {
+        line.wake.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
 impl Inner {
+    /// Every node at once (one round trip), decided as soon as the quorum is known.
+    async fn acquire_round(
+        &self,
+        held: &Arc<Held>,
+        req: &Request,
+        deadline: Instant,
+    ) -> Vec<Option<Acquired>> {
+        let calls = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i, n.clone().acquire(held.clone(), req.ttl_ms, req.timeout)));
+        // A waiter that fails also waits for its gate's answer (its place in line), which a
+        // grant does not (a slow gate must not slow grants down).
+        let gate = held
+            .line
+            .as_ref()
+            .filter(|l| l.member.is_some())
+            .map(|l| l.gate);
+        let q = self.quorum;
+        fan_out(self.nodes.len(), calls, Some(deadline), Late::Finish, |a| {
+            let granted = a
+                .iter()
+                .flatten()
+                .filter(|x| x.vote == Vote::Granted)
+                .count();
+            quorum_known(a) && (granted >= q || gate.is_none_or(|g| a[g].is_some()))
+        })
+        .await
+    }
+
+    /// The gate alone first; the other nodes only when it granted (two round trips, the
+    /// validity counted from before the first). Also returns which nodes were sent anything
+    /// (the others need no clean-up).
+    async fn probe_round(
+        &self,
+        held: &Arc<Held>,
+        req: &Request,
+        gate: usize,
+        deadline: Instant,
+    ) -> (Vec<Option<Acquired>>, Option<Vec<bool>>) {
+        let n = self.nodes.len();
+        let call = self.nodes[gate]
+            .clone()
+            .acquire(held.clone(), req.ttl_ms, req.timeout);
+        let mut first = fan_out(n, [(gate, call)], Some(deadline), Late::Finish, |a| {
+            a[gate].is_some()
+        })
+        .await;
+        let at_gate = first[gate].take();
+        let mut sent = vec![false; n];
+        sent[gate] = true;
+        if at_gate.as_ref().is_none_or(|a| a.vote != Vote::Granted) {
+            first[gate] = at_gate;
+            return (first, Some(sent));
+        }
+        let q = self.quorum;
+        let calls = (0..n).filter(|&i| i != gate).map(|i| {
+            (
+                i,
+                self.nodes[i]
+                    .clone()
+                    .acquire(held.clone(), req.ttl_ms, req.timeout),
+            )
+        });
+        let mut answers = fan_out(n, calls, Some(deadline), Late::Finish, |a| {
+            let votes = a.iter().flatten().map(|x| &x.vote);
+            let granted = 1 + votes.clone().filter(|v| **v == Vote::Granted).count();
+            let lost = votes.filter(|v| **v != Vote::Granted).count();
+            granted >= q || lost > n - q
+        })
+        .await;
+        answers[gate] = at_gate;
+        (answers, None)
+    }
+
+    /// The gate of `key`: rendezvous over the single servers' addresses (they can wake
+    /// waiters). `None` without single servers: a Redis Cluster node cannot keep a line (the
+    /// line's keys would have to move with a migrating slot; a multi-key script there is
+    /// refused with TRYAGAIN mid-migration), so waiters on cluster-only Redlocks poll.
+    pub(crate) fn gate_of(&self, key: &str) -> Option<usize> {
+        let eligible = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.is_cluster())
+            .map(|(i, n)| (i, n.addr.as_str()));
+        crate::slots::gate(eligible, key)
+    }
+
+    /// This attempt's part in the line `key` on node `gate`.
+    pub(crate) fn line_ref(self: &Arc<Self>, gate: usize, key: &str, turn: &Turn) -> LineRef {
+        LineRef {
+            gate,
+            key: key.to_string(),
+            member: turn.member.clone(),
+            wake: std::sync::atomic::AtomicBool::new(false),
+            local: self.line.clone(),
+        }
+    }
+
+    /// Leaves line `line_key` on `gate` in the background (a waiter that gave up or was
+    /// cancelled), waking the next head when the leaver was the head and a key is free; with no
+    /// member, only that wake-up (a lock broken by force).
+    pub(crate) fn leave_line(
+        &self,
+        gate: usize,
+        keys: Vec<String>,
+        line_key: String,
+        member: String,
+    ) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let node = self.nodes[gate].clone();
+        let line = self.line.clone();
+        let spec = Arc::new((line_key, member, line.prefix().to_string()));
+        let timeout = self.release_timeout();
+        rt.spawn(async move {
+            if let Ok(Some(woken)) = node.leave_line(Arc::new(keys), spec, timeout).await {
+                line.woke(&woken);
+            }
+        });
+    }
+
     pub(crate) fn node_timeout(&self, ttl: Duration) -> Duration {
         self.node_timeout
             .unwrap_or_else(|| quorum::default_node_timeout(ttl))
@@ -520,12 +706,6 @@ impl Inner {
         targets: impl Iterator<Item = usize>,
         ttl: Duration,
     ) {
-        // Clean-ups of our own failed attempts: their messages must wake none of this Redlock's
-        // waiters (the lock is held elsewhere, and a waiter would wake itself with its own
-        // clean-up, retrying in a tight loop). Other processes still hear them.
-        if let Some(wake) = &self.wake {
-            wake.own_cleanup(&held.value);
-        }
         let timeout = self.release_timeout();
         let mut failed = Vec::new();
         let mut late = Vec::new();
@@ -579,30 +759,20 @@ impl Inner {
         )
     }
 
-    /// Releases on every node, deciding as soon as the outcome is known. Nodes whose release failed
-    /// are retried in the background (see [`background::retry_release`]): a release can fail at
-    /// once while a late SET of the same lock still waits in fred's queue for that node.
-    ///
-    /// With wake-ups, a waiter of this Redlock is woken as soon as the release is handed to the
-    /// nodes' connections: its SETs queue behind the release on each connection, so they land
-    /// after it, and the hand-over costs no message round trip. (Only here, for a lock that was
-    /// held: a failed attempt's clean-up often deletes nothing, and the nodes' messages name
-    /// only keys really deleted. Multi-key locks wait for those messages too.)
+    /// Releases on every node, deciding as soon as the outcome is known, and, for a lock with a
+    /// wait line, once its gate answered too (the gate wakes the line's head; a next acquire of
+    /// this process then knows the key is contended and asks the gate first). Nodes whose
+    /// release failed are retried in the background (see [`background::retry_release`]): a
+    /// release can fail at once while a late SET of the same lock still waits in fred's queue
+    /// for that node.
     pub(crate) async fn release_all(self: &Arc<Self>, held: &Arc<Held>, ttl: Duration) -> Votes {
-        let round = self.release_round(held, (0..self.nodes.len()).collect(), quorum_known);
-        let votes = match (&self.wake, held.keys.as_slice()) {
-            (Some(wake), [key]) => {
-                let mut round = std::pin::pin!(round);
-                // The first poll hands the release to every node's connection.
-                let first = futures::poll!(round.as_mut());
-                wake.released(key, &held.value);
-                match first {
-                    std::task::Poll::Ready(votes) => votes,
-                    std::task::Poll::Pending => round.await,
-                }
-            }
-            _ => round.await,
+        let gate = held.line.as_ref().map(|l| l.gate);
+        let enough = move |a: &[Option<Vote>]| {
+            quorum_known(a) && gate.is_none_or(|g| a.get(g).is_some_and(Option::is_some))
         };
+        let votes = self
+            .release_round_with(held, (0..self.nodes.len()).collect(), enough)
+            .await;
         background::retry_failed(self, held, &votes, ttl);
         votes
     }
@@ -831,6 +1001,17 @@ impl Releaser for Inner {
         held: &Arc<Held>,
         targets: Vec<usize>,
         enough: fn(&[Option<Vote>]) -> bool,
+    ) -> Votes {
+        self.release_round_with(held, targets, enough).await
+    }
+}
+
+impl Inner {
+    async fn release_round_with(
+        &self,
+        held: &Arc<Held>,
+        targets: Vec<usize>,
+        enough: impl FnMut(&[Option<Vote>]) -> bool,
     ) -> Votes {
         let timeout = self.release_timeout();
         let calls: Vec<_> = targets

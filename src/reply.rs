@@ -15,6 +15,19 @@ use crate::error::{NodeError, NodeErrorKind, Vote};
 pub(crate) struct Acquired {
     pub(crate) vote: Vote,
     pub(crate) counters: Option<Vec<u64>>,
+    /// A gate's refusal: the waiter's place in the key's wait line.
+    pub(crate) queue: Option<Queue>,
+}
+
+/// Where a gate's refusal left a waiter (see `scripts::GATE_ACQUIRE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Queue {
+    /// Place in the line: 0 = head, 1.. = behind it (the exact place only when asked for),
+    /// -1 = not in it (the acquire does not wait).
+    pub(crate) rank: i64,
+    /// For the head, the lock key's PTTL on the gate in ms (-1: a key without expiry); below
+    /// -1 otherwise (not read).
+    pub(crate) pttl: i64,
 }
 
 impl Acquired {
@@ -22,7 +35,68 @@ impl Acquired {
         Acquired {
             vote,
             counters: None,
+            queue: None,
         }
+    }
+}
+
+/// The gate acquire script's reply: `{1, counter}` granted (the counter is the fencing
+/// counter's value when `fenced`), `{0, rank, pttl}` refused with the waiter's place in line.
+pub(crate) fn gate_acquired(node: &str, reply: Result<Value, NodeError>, fenced: bool) -> Acquired {
+    match reply {
+        Ok(Value::Array(parts)) => match parts.as_slice() {
+            [Value::Integer(1), c] => match (fenced, counter(c)) {
+                (false, _) => Acquired::plain(Vote::Granted),
+                (true, Some(c)) => Acquired {
+                    vote: Vote::Granted,
+                    counters: Some(vec![c]),
+                    queue: None,
+                },
+                // Set, but the counter is garbage: not a grant (and released as unknown).
+                (true, None) => {
+                    Acquired::plain(Vote::Failed(unexpected(node, "a numeric fencing counter")))
+                }
+            },
+            [Value::Integer(0), Value::Integer(rank), Value::Integer(pttl)] if *rank >= -1 => {
+                Acquired {
+                    vote: Vote::Refused,
+                    counters: None,
+                    queue: Some(Queue {
+                        rank: *rank,
+                        pttl: *pttl,
+                    }),
+                }
+            }
+            _ => Acquired::plain(Vote::Failed(unexpected(
+                node,
+                "{1, counter} or {0, rank, pttl}",
+            ))),
+        },
+        Ok(_) => Acquired::plain(Vote::Failed(unexpected(node, "an array"))),
+        Err(e) => Acquired::plain(Vote::Failed(e)),
+    }
+}
+
+/// The gate release script's reply for `keys` keys: `{deleted, woken member or ''}`. The vote
+/// is [`released`]'s; the member is the waiter the release woke.
+pub(crate) fn gate_released(
+    node: &str,
+    reply: Result<Value, NodeError>,
+    keys: usize,
+) -> (Vote, Option<String>) {
+    match reply {
+        Ok(Value::Array(parts)) => match parts.as_slice() {
+            [n @ Value::Integer(_), woken] => {
+                let woken = woken
+                    .as_str()
+                    .map(|w| w.into_owned())
+                    .filter(|w| !w.is_empty());
+                (released(node, Ok(n.clone()), keys), woken)
+            }
+            _ => (Vote::Failed(unexpected(node, "{deleted, woken}")), None),
+        },
+        Ok(_) => (Vote::Failed(unexpected(node, "an array")), None),
+        Err(e) => (Vote::Failed(e), None),
     }
 }
 
@@ -33,6 +107,9 @@ pub(crate) enum Slot {
     Took { position: usize, counter: u64 },
     /// Every slot is taken.
     Full,
+    /// Refused by the semaphore's gate: this place in its wait line (0 = head, 1 = behind it,
+    /// -1 = not in it).
+    Waiting(i64),
     /// The name is in use with this other number of permits.
     Mismatch(String),
     /// An error or timeout: outcome unknown.
@@ -84,6 +161,7 @@ pub(crate) fn fenced_acquire(node: &str, reply: Result<Value, NodeError>, keys: 
                     Some(counters) => Acquired {
                         vote: Vote::Granted,
                         counters: Some(counters),
+                        queue: None,
                     },
                     // Set, but a counter is garbage: not a grant (and released as unknown).
                     None => {
@@ -122,6 +200,9 @@ pub(crate) fn slot(node: &str, reply: Result<Value, NodeError>, slots: usize) ->
                 }
             }
             [Value::Integer(0)] => Slot::Full,
+            [Value::Integer(0), Value::Integer(rank)] if (-1..=1).contains(rank) => {
+                Slot::Waiting(*rank)
+            }
             [Value::Integer(-1), permits] => {
                 Slot::Mismatch(permits.as_str().map(|p| p.into_owned()).unwrap_or_default())
             }

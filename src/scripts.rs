@@ -86,23 +86,6 @@ end
 return n
 "#;
 
-/// Release and wake: RELEASE, plus a `PUBLISH key token` for each key deleted, so that waiting
-/// acquires subscribed to the key's channel retry at once (see `subscriber` and `waiters`).
-/// The channel is the lock key itself: in fredlock's key namespace, and in the key's own slot.
-/// KEYS: the lock keys. ARGV[1]: token. Reply: the number of keys deleted (0 .. #KEYS).
-/// EVAL-only like RELEASE, for the same reason.
-const RELEASE_WAKE: &str = r#"
-local n = 0
-for _, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[1] then
-    redis.call('DEL', key)
-    redis.call('PUBLISH', key, ARGV[1])
-    n = n + 1
-  end
-end
-return n
-"#;
-
 /// Inspect one key atomically.
 /// KEYS[1]: the lock key. Reply: `[value or nil, pttl]` (pttl -2 = no key, -1 = no expiry).
 const INSPECT: &str = r#"
@@ -110,9 +93,8 @@ return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
 "#;
 
 /// Break a lock by force, whoever holds it (an operator's `fredlock break`): read the value and
-/// its TTL, delete the key, and with wake-ups publish the value as a release would, so that
-/// waiters retry at once.
-/// KEYS[1]: the lock key. ARGV[1]: ignored. ARGV[2]: 1 to publish. Reply: `[value or nil, pttl]`
+/// its TTL, and delete the key (the caller then pokes the key's wait line, see LINE_LEAVE).
+/// KEYS[1]: the lock key. ARGV[1]: ignored. Reply: `[value or nil, pttl]`
 /// as [`INSPECT`], of what was deleted. A key of another type is no lock: GET fails with
 /// WRONGTYPE and nothing is deleted.
 const BREAK: &str = r#"
@@ -120,7 +102,6 @@ local v = redis.call('GET', KEYS[1])
 local t = redis.call('PTTL', KEYS[1])
 if v then
   redis.call('DEL', KEYS[1])
-  if ARGV[2] == '1' then redis.call('PUBLISH', KEYS[1], v) end
 end
 return {v, t}
 "#;
@@ -156,29 +137,229 @@ end
 return 1
 "#;
 
-/// Take one semaphore slot: the first free one in the order given (the same order is sent to
-/// every node, so in the common case every node picks the same slot).
+/// `take()`: take one semaphore slot, the first free one in the order given (the same order is
+/// sent to every node, so in the common case every node picks the same slot).
 /// KEYS[1]: the semaphore's `permits` record; KEYS[2..p+1]: slot keys in the order to try;
-/// KEYS[p+2..2p+1] (with fencing): their counters in the same order.
+/// KEYS[p+2..2p+1] (with fencing): their counters in the same order (a wait line's key may
+/// follow, see [`SEM_GATE`]).
 /// ARGV[1]: token, ARGV[2]: TTL in ms, ARGV[3]: permits, ARGV[4]: '1' to read the counter.
-/// Reply: `{1, position, counter}` a slot was set; `{0}` every slot is taken; `{-1, permits}`
+/// Returns `{1, position, counter}` a slot was set; `{0}` every slot is taken; `{-1, permits}`
 /// this name is used with another number of permits (nothing set).
-const SEM_ACQUIRE: &str = r#"
-local meta = redis.call('GET', KEYS[1])
-if meta and meta ~= ARGV[3] then return {-1, meta} end
-local p = tonumber(ARGV[3])
-for i = 1, p do
-  local k = KEYS[1 + i]
-  if redis.call('EXISTS', k) == 0 then
-    redis.call('SET', k, ARGV[1], 'PX', ARGV[2])
-    if not meta then redis.call('SET', KEYS[1], ARGV[3]) end
+macro_rules! sem_take {
+    () => {
+        r#"
+local function take()
+  local meta = redis.call('GET', KEYS[1])
+  if meta and meta ~= ARGV[3] then return {-1, meta} end
+  local p = tonumber(ARGV[3])
+  for i = 1, p do
+    local k = KEYS[1 + i]
+    if redis.call('EXISTS', k) == 0 then
+      redis.call('SET', k, ARGV[1], 'PX', ARGV[2])
+      if not meta then redis.call('SET', KEYS[1], ARGV[3]) end
+      local c = 0
+      if ARGV[4] == '1' then c = tonumber(redis.call('GET', KEYS[1 + p + i]) or '0') or -1 end
+      return {1, i - 1, c}
+    end
+  end
+  return {0}
+end
+"#
+    };
+}
+
+/// Take one semaphore slot (see `sem_take!`): reply `{1, position, counter}`, `{0}` or
+/// `{-1, permits}`.
+const SEM_ACQUIRE: &str = concat!(sem_take!(), "return take()\n");
+
+/// The wait line of a lock key on its gate node (see `line` and `redlock`'s waiting): a sorted
+/// set of waiter members (`<instance>:<seq>`, score = arrival order) and, per member, a lease
+/// key `<line>|<member>` that the waiter renews while it waits (a waiter whose process died
+/// drops out when its lease expires). Functions shared by the gate scripts:
+/// - `live_head(line, first)`: the first member whose lease is alive, dropping dead ones on
+///   the way (`nil`: nobody waits; `false`: more dead entries than one call clears, try
+///   later); `first`, when given, is the first entry as already read;
+/// - `wake(member, prefix, why)`: `PUBLISH prefix<instance> <seq>|<why>`, the member's
+///   process's own channel (one per `Redlock`, whatever the number of keys);
+/// - `join(line, member, lease, front)`: into the line unless already in it (at the back, or
+///   at the front for a waiter whose granted turn failed elsewhere); renew the lease. The line itself expires 4 leases after its last
+///   newcomer (members still waiting then join again).
+macro_rules! line_lib {
+    () => {
+        r#"
+local function live_head(line, first)
+  local h = first
+  for _ = 1, 32 do
+    if h == nil then h = redis.call('ZRANGE', line, 0, 0)[1] end
+    if not h then return nil end
+    if redis.call('EXISTS', line .. '|' .. h) == 1 then return h end
+    redis.call('ZREM', line, h)
+    h = nil
+  end
+  return false
+end
+local function wake(h, prefix, why)
+  local inst, seq = string.match(h, '^([^:]+):(.+)$')
+  if inst then redis.call('PUBLISH', prefix .. inst, seq .. '|' .. why) end
+end
+local function join(line, me, lease, front)
+  local at, step = -1, 1
+  if front then at, step = 0, -1 end
+  local edge = redis.call('ZRANGE', line, at, at, 'WITHSCORES')
+  local s = 0
+  if edge[2] then s = tonumber(edge[2]) + step end
+  if redis.call('ZADD', line, 'NX', s, me) == 1 then
+    redis.call('PEXPIRE', line, 4 * tonumber(lease))
+  end
+  redis.call('SET', line .. '|' .. me, '1', 'PX', lease)
+end
+"#
+    };
+}
+
+/// Acquire one lock key on its gate node: granted only to the head of the key's wait line (or
+/// to anyone while the line is empty), so that the woken head never splits votes with the
+/// waiters behind it. A refused waiter joins the line (or renews its lease there).
+/// KEYS[1]: the lock key, KEYS[2]: its line, KEYS[3] (with fencing): its counter.
+/// ARGV[1]: value, ARGV[2]: TTL in ms, ARGV[3]: the waiter's member ('' = does not wait),
+/// ARGV[4]: the lease in ms, ARGV[5]: `rank` to be told the exact place behind the head (a
+/// waiter that polls paces itself by it; one more command).
+/// Reply: `{1, counter}` set (counter 0 without fencing, -1 when not a number); `{0, rank,
+/// pttl}` refused: the waiter's place in the line (0 = head, 1.. = behind it: 1 unless asked
+/// for the rank, -1 = not in it) and, for the head and for a caller that does not wait, the
+/// lock key's PTTL (-2: free, refused for the line alone; -3: not read).
+const GATE_ACQUIRE: &str = concat!(
+    line_lib!(),
+    r#"
+local key, line, me = KEYS[1], KEYS[2], ARGV[3]
+local h = redis.call('ZRANGE', line, 0, 0)[1]
+if h and h ~= me then h = live_head(line, h) end
+if h == nil or h == me then
+  if redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2]) then
+    -- Out of the line (its lease key expires on its own).
+    if h then redis.call('ZREM', line, me) end
     local c = 0
-    if ARGV[4] == '1' then c = tonumber(redis.call('GET', KEYS[1 + p + i]) or '0') or -1 end
-    return {1, i - 1, c}
+    if KEYS[3] then c = tonumber(redis.call('GET', KEYS[3]) or '0') or -1 end
+    return {1, c}
   end
 end
-return {0}
-"#;
+if me == '' then return {0, -1, redis.call('PTTL', key)} end
+join(line, me, ARGV[4], false)
+if h == nil or h == me then return {0, 0, redis.call('PTTL', key)} end
+if ARGV[5] == 'rank' then return {0, redis.call('ZRANK', line, me), -3} end
+return {0, 1, -3}
+"#
+);
+
+/// Take one semaphore slot on the semaphore's gate node: `take()` (see `sem_take!`) for the
+/// head of the semaphore's wait line only (or anyone while it is empty); a refused waiter joins
+/// the line. After a grant, when another slot is still free, the next head is woken at once
+/// (one grant per wake-up, however many permits came free together).
+/// KEYS: as `take()`, then the line's key LAST. ARGV[1..4]: as `take()`; ARGV[5]: the
+/// waiter's member ('' = does not wait); ARGV[6]: the lease in ms; ARGV[7]: channel prefix.
+/// Reply: as `take()`, or `{0, rank}` when refused with the waiter's place in line (0 = head,
+/// 1 = behind it, -1 = not in it).
+const SEM_GATE: &str = concat!(
+    sem_take!(),
+    line_lib!(),
+    r#"
+local line, me = KEYS[#KEYS], ARGV[5]
+local h = live_head(line)
+if h == nil or h == me then
+  local r = take()
+  if r[1] ~= 0 then
+    if r[1] == 1 and h then
+      redis.call('ZREM', line, me)
+      local nh = live_head(line)
+      if nh then
+        local p = tonumber(ARGV[3])
+        for i = 1, math.min(p, 64) do
+          if redis.call('EXISTS', KEYS[1 + i]) == 0 then
+            wake(nh, ARGV[7], 'more')
+            break
+          end
+        end
+      end
+    end
+    return r
+  end
+end
+if me == '' then return {0, -1} end
+join(line, me, ARGV[6], false)
+if h == nil or h == me then return {0, 0} end
+return {0, 1}
+"#
+);
+
+/// Release on a gate node: RELEASE, then, for a holder's release, wake the head of the line
+/// when a key is free (whoever deleted it: an expired or broken holder's key counts too); for
+/// a waiter's failed attempt, put the waiter back at the FRONT of the line (its turn is not
+/// lost to a barging client); a quiet release does neither.
+/// KEYS[1..n]: the lock keys; KEYS[n+1]: their line. ARGV[1]: value; ARGV[2]: `w` (wake), `q`
+/// (quiet) or the member to put back; ARGV[3]: the lease in ms; ARGV[4]: channel prefix;
+/// ARGV[5]: a short id of this release (sent with the wake-up).
+/// Reply: `{deleted, woken member or ''}`. EVAL-only like RELEASE.
+const GATE_RELEASE: &str = concat!(
+    line_lib!(),
+    r#"
+local n = #KEYS - 1
+local line = KEYS[n + 1]
+local deleted, free = 0, false
+for i = 1, n do
+  local v = redis.call('GET', KEYS[i])
+  if v == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+    deleted = deleted + 1
+    free = true
+  elseif not v then
+    free = true
+  end
+end
+local mode = ARGV[2]
+if mode == 'w' then
+  if free then
+    local h = live_head(line)
+    if h then
+      wake(h, ARGV[4], ARGV[5])
+      return {deleted, h}
+    end
+  end
+elseif mode ~= 'q' then
+  join(line, mode, ARGV[3], true)
+end
+return {deleted, ''}
+"#
+);
+
+/// Leave a wait line (a waiter that gave up, was cancelled or timed out), and when the leaver
+/// was its head (or no member is given: a poke after a lock was broken) and a key is free, wake
+/// the next head. KEYS[1..n]: the lock keys; KEYS[n+1]: the line. ARGV[1]: the member ('' =
+/// none); ARGV[2]: channel prefix. Reply: the member woken, or ''.
+const LINE_LEAVE: &str = concat!(
+    line_lib!(),
+    r#"
+local n = #KEYS - 1
+local line, me = KEYS[n + 1], ARGV[1]
+local was_head = true
+if me ~= '' then
+  was_head = redis.call('ZRANGE', line, 0, 0)[1] == me
+  redis.call('ZREM', line, me)
+  redis.call('DEL', line .. '|' .. me)
+end
+if not was_head then return '' end
+for i = 1, n do
+  if redis.call('EXISTS', KEYS[i]) == 0 then
+    local h = live_head(line)
+    if h then
+      wake(h, ARGV[2], 'leave')
+      return h
+    end
+    return ''
+  end
+end
+return ''
+"#
+);
 
 /// Read several keys atomically. KEYS: the keys. Reply: `{v1, pttl1, v2, pttl2, ...}`.
 const VIEW_MANY: &str = r#"
@@ -243,8 +424,7 @@ return out
 /// does exactly what its plain form does, in the order given, so a release never runs before
 /// an earlier acquire of the same token.
 /// KEYS[i]: the key of operation i. ARGV[2i - 1]: its token; ARGV[2i]: the TTL in ms for an
-/// acquire (`SET key token NX PX ttl`), `r` for a release (RELEASE), `w` for a release that
-/// wakes (RELEASE_WAKE).
+/// acquire (`SET key token NX PX ttl`), `r` for a release (RELEASE).
 /// Reply: one element per operation, in order: an acquire 1 set / 0 the key exists (any type);
 /// a release the number of keys deleted (1 / 0); or the server's error as a string for that
 /// operation alone (`redis.pcall`: a WRONGTYPE key fails its own operation, not the others).
@@ -257,13 +437,12 @@ end
 local out = {}
 for i = 1, n do
   local key, token, op = KEYS[i], ARGV[2 * i - 1], ARGV[2 * i]
-  if op == 'r' or op == 'w' then
+  if op == 'r' then
     local v = redis.pcall('GET', key)
     if type(v) == 'table' and v.err then
       out[i] = v.err
     elseif v == token then
       redis.call('DEL', key)
-      if op == 'w' then redis.call('PUBLISH', key, token) end
       out[i] = 1
     else
       out[i] = 0
@@ -288,7 +467,6 @@ pub(crate) struct Scripts {
     pub(crate) acquire_many: Script,
     pub(crate) extend: Script,
     pub(crate) release: Script,
-    pub(crate) release_wake: Script,
     pub(crate) inspect: Script,
     pub(crate) force_break: Script,
     pub(crate) acquire_fenced: Script,
@@ -297,6 +475,10 @@ pub(crate) struct Scripts {
     pub(crate) view_many: Script,
     pub(crate) extend_many: Script,
     pub(crate) batch: Script,
+    pub(crate) gate_acquire: Script,
+    pub(crate) sem_gate: Script,
+    pub(crate) gate_release: Script,
+    pub(crate) line_leave: Script,
 }
 
 impl Scripts {
@@ -306,7 +488,6 @@ impl Scripts {
             acquire_many: Script::eval_only(ACQUIRE_MANY),
             extend: Script::new(EXTEND),
             release: Script::eval_only(RELEASE),
-            release_wake: Script::eval_only(RELEASE_WAKE),
             inspect: Script::new(INSPECT),
             // A deletion is sent whole, like a release: a late NOSCRIPT resend could delete a
             // NEWER holder's key.
@@ -321,6 +502,12 @@ impl Scripts {
             extend_many: Script::new(EXTEND_MANY),
             // A resent batch could land after a release queued behind it: EVAL only.
             batch: Script::eval_only(BATCH),
+            // Acquires and releases: EVAL-only like the others (a late NOSCRIPT resend would
+            // break per-node order). Leaving a line is idempotent and orders with nothing.
+            gate_acquire: Script::eval_only(GATE_ACQUIRE),
+            sem_gate: Script::eval_only(SEM_GATE),
+            gate_release: Script::eval_only(GATE_RELEASE),
+            line_leave: Script::new(LINE_LEAVE),
         })
     }
 }

@@ -27,10 +27,13 @@ use tokio::time::Instant;
 use crate::error::{InvalidInput, NodeError, NodeErrorKind, Result, Vote, Votes};
 use crate::inspect::{Holder, Inspection, NodeView};
 use crate::keepalive::{KeepAlive, KeepAliveOptions, Rejected};
+use crate::lock::WaitLine;
 use crate::lock::{Lock, ReleaseReport};
-use crate::node::{Held, Slot, SlotRequest};
+use crate::node::{Held, Queue, Slot, SlotRequest};
 use crate::quorum::{self, fan_out, Late, Outcome};
-use crate::redlock::{fencing_tokens, new_token, spawn_release, Failure, Grant, Redlock, RESERVED};
+use crate::redlock::{
+    fencing_tokens, new_token, spawn_release, Failure, Grant, Redlock, Turn, RESERVED,
+};
 
 /// The most permits one semaphore may have (each acquire script walks the slots).
 pub const MAX_PERMITS: usize = 1024;
@@ -180,28 +183,52 @@ impl Semaphore {
             .request_unchecked(vec![self.slot_resource(0)], ttl)?;
         let name = [self.name.clone()];
         let span = tracing::debug_span!("fredlock.semaphore", name = %self.name, permits = self.permits, attempt = tracing::field::Empty);
-        let attempt = || self.attempt(ttl, req.ttl_ms, req.validity, req.timeout);
-        // A waiter is woken by the release of any slot.
-        let slots: Vec<String> = (0..self.permits)
-            .map(|i| self.redlock.key(&self.slot_resource(i)))
-            .collect();
+        // One wait line per semaphore, on the gate of its `permits` record; a waiter is woken
+        // by the release of any slot.
+        let meta = self.meta_key();
+        let gate = self.redlock.inner.gate_of(&meta);
+        let line_key = crate::slots::line_key(&self.redlock.inner.key_prefix, &meta);
+        let line = gate.map(|gate| WaitLine {
+            gate,
+            line_key: line_key.clone(),
+            keys: (0..self.permits)
+                .map(|i| self.redlock.key(&self.slot_resource(i)))
+                .collect(),
+            hot: meta.clone(),
+        });
+        let gate = gate.map(|g| (g, line_key.as_str()));
+        let req = &req;
+        let attempt = |turn: Turn| async move {
+            let at = Attempt {
+                ttl,
+                ttl_ms: req.ttl_ms,
+                validity: req.validity,
+                timeout: req.timeout,
+                gate,
+                turn,
+            };
+            self.attempt(at).await
+        };
         tracing::Instrument::instrument(
             self.redlock
-                .with_retries(retry, wait, &name, &slots, ttl, attempt),
+                .with_retries(retry, wait, &name, line, ttl, attempt),
             span,
         )
         .await
     }
 
     /// One attempt: every node takes the first free slot in one shared, randomly rotated order.
-    async fn attempt(
-        &self,
-        ttl: Duration,
-        ttl_ms: u64,
-        validity: Duration,
-        timeout: Duration,
-    ) -> std::result::Result<Permit, Failure> {
+    async fn attempt(&self, at: Attempt<'_>) -> std::result::Result<Permit, Failure> {
+        let Attempt {
+            ttl,
+            ttl_ms,
+            validity,
+            timeout,
+            gate,
+            turn,
+        } = at;
         let inner = &self.redlock.inner;
+        let line = |turn: &Turn| gate.map(|(g, key)| inner.line_ref(g, key, turn));
         let n = inner.nodes.len();
         let q = inner.quorum;
         let start = rand::random_range(0..self.permits);
@@ -228,6 +255,7 @@ impl Semaphore {
             fence_keys,
             value: value.clone(),
             ttl_ms,
+            line: line(&turn),
         });
         // Armed until settled: a dropped attempt releases our token from every slot, everywhere.
         let all_slots = Arc::new(Held {
@@ -236,6 +264,7 @@ impl Semaphore {
             custom: false,
             resources: vec![self.name.clone()],
             fence_keys: Vec::new(),
+            line: line(&turn),
         });
         let mut guard = Guard(Some((self.redlock.clone(), all_slots.clone())), ttl);
         let t0 = Instant::now();
@@ -243,15 +272,32 @@ impl Semaphore {
             guard.0 = None;
             return Err(Failure::Expired(Duration::ZERO));
         };
-        let calls = inner
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| (i, node.clone().take_slot(req.clone(), timeout)));
-        let answers = fan_out(n, calls, Some(deadline), Late::Finish, |a| {
-            decided(a, self.permits, q)
-        })
-        .await;
+        let (answers, sent) = match gate {
+            Some((g, _)) if turn.probe => self.probe_round(&req, g, deadline, timeout).await,
+            _ => (
+                self.slot_round(&req, None, deadline, timeout).await,
+                vec![true; n],
+            ),
+        };
+        let at_gate = gate.and_then(|(g, _)| answers[g].as_ref());
+        turn.gated.store(
+            matches!(at_gate, Some(Slot::Took { .. })),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        // Refused by the gate's line: no grant, whatever the other nodes said (see
+        // `Redlock::attempt`).
+        if let Some(Slot::Waiting(rank)) = at_gate {
+            let winner = winning_position(&answers, self.permits, q);
+            if *rank > 0 || winner.is_none() {
+                let rank = *rank;
+                let targets =
+                    (0..n).filter(|&i| sent[i] && may_hold_other(&answers[i], usize::MAX));
+                inner.release_unawaited(&all_slots, targets, ttl).await;
+                guard.0 = None;
+                let votes = slot_votes(&answers, None);
+                return Err(Failure::Queued(votes, Queue { rank, pttl: -1 }));
+            }
+        }
         let mut now = Instant::now();
         let winner = winning_position(&answers, self.permits, q);
         let mismatch = answers
@@ -308,6 +354,8 @@ impl Semaphore {
                     custom: false,
                     resources: vec![self.slot_resource(slot)],
                     fence_keys: Vec::new(),
+                    // Its release wakes the semaphore's line.
+                    line: line(&turn).map(|l| l.granted()),
                 });
                 let grant = Grant {
                     held,
@@ -320,7 +368,7 @@ impl Semaphore {
             }
         }
         // No grant: release our token wherever it may be, without waiting.
-        let targets = (0..n).filter(|&i| may_hold_other(&answers[i], usize::MAX));
+        let targets = (0..n).filter(|&i| sent[i] && may_hold_other(&answers[i], usize::MAX));
         inner.release_unawaited(&all_slots, targets, ttl).await;
         guard.0 = None;
         if mismatch.len() >= q {
@@ -402,6 +450,90 @@ impl Semaphore {
 }
 
 /// Decided once some position has a quorum, or none can reach one any more.
+/// One attempt's parameters.
+struct Attempt<'a> {
+    ttl: Duration,
+    ttl_ms: u64,
+    validity: Duration,
+    timeout: Duration,
+    /// The semaphore's gate and line key.
+    gate: Option<(usize, &'a str)>,
+    turn: Turn,
+}
+
+impl Semaphore {
+    /// Every node (but `skip`) takes a slot at once, decided as soon as a slot's fate is known.
+    async fn slot_round(
+        &self,
+        req: &Arc<SlotRequest>,
+        skip: Option<(usize, Slot)>,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Vec<Option<Slot>> {
+        let inner = &self.redlock.inner;
+        let (n, q, permits) = (inner.nodes.len(), inner.quorum, self.permits);
+        let skipped = skip.as_ref().map(|(i, _)| *i);
+        let calls = inner
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != skipped)
+            .map(|(i, node)| (i, node.clone().take_slot(req.clone(), timeout)));
+        let known = skip.clone();
+        let mut answers = fan_out(
+            n,
+            calls,
+            Some(deadline),
+            Late::Finish,
+            move |a| match &known {
+                Some((i, s)) => {
+                    let mut all = a.to_vec();
+                    all[*i] = Some(s.clone());
+                    decided(&all, permits, q)
+                }
+                None => decided(a, permits, q),
+            },
+        )
+        .await;
+        if let Some((i, s)) = skip {
+            answers[i] = Some(s);
+        }
+        answers
+    }
+
+    /// The gate alone first, then (if it took a slot) every other node; also which nodes
+    /// were sent anything.
+    async fn probe_round(
+        &self,
+        req: &Arc<SlotRequest>,
+        gate: usize,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> (Vec<Option<Slot>>, Vec<bool>) {
+        let inner = &self.redlock.inner;
+        let n = inner.nodes.len();
+        let call = inner.nodes[gate].clone().take_slot(req.clone(), timeout);
+        let mut first = fan_out(n, [(gate, call)], Some(deadline), Late::Finish, |a| {
+            a[gate].is_some()
+        })
+        .await;
+        match first[gate].take() {
+            Some(took @ Slot::Took { .. }) => {
+                let answers = self
+                    .slot_round(req, Some((gate, took)), deadline, timeout)
+                    .await;
+                (answers, vec![true; n])
+            }
+            other => {
+                first[gate] = other;
+                let mut sent = vec![false; n];
+                sent[gate] = true;
+                (first, sent)
+            }
+        }
+    }
+}
+
 fn decided(answers: &[Option<Slot>], permits: usize, q: usize) -> bool {
     let unanswered = answers.iter().filter(|a| a.is_none()).count();
     let best = best_position(answers, permits).map_or(0, |(_, c)| c);
@@ -433,7 +565,7 @@ fn winning_position(answers: &[Option<Slot>], permits: usize, q: usize) -> Optio
 fn may_hold_other(answer: &Option<Slot>, position: usize) -> bool {
     match answer {
         Some(Slot::Took { position: p, .. }) => *p != position,
-        Some(Slot::Full) | Some(Slot::Mismatch(_)) => false,
+        Some(Slot::Full) | Some(Slot::Waiting(_)) | Some(Slot::Mismatch(_)) => false,
         Some(Slot::Failed(_)) | None => true,
     }
 }
@@ -446,9 +578,10 @@ fn slot_votes(answers: &[Option<Slot>], winner: Option<usize>) -> Votes {
             .iter()
             .map(|a| match a {
                 Some(Slot::Took { position, .. }) if Some(*position) == winner => Vote::Granted,
-                Some(Slot::Took { .. }) | Some(Slot::Full) | Some(Slot::Mismatch(_)) => {
-                    Vote::Refused
-                }
+                Some(Slot::Took { .. })
+                | Some(Slot::Full)
+                | Some(Slot::Waiting(_))
+                | Some(Slot::Mismatch(_)) => Vote::Refused,
                 Some(Slot::Failed(e)) => Vote::Failed(e.clone()),
                 None => Vote::Pending,
             })
@@ -463,6 +596,7 @@ fn clone_held(h: &Held) -> Held {
         custom: h.custom,
         resources: h.resources.clone(),
         fence_keys: h.fence_keys.clone(),
+        line: None,
     }
 }
 

@@ -47,6 +47,45 @@ pub(crate) fn semaphore_part(reserved: &str, name: &str, part: &str) -> String {
     format!("{reserved}sem:{{{name}}}:{part}")
 }
 
+/// The key of a lock key's wait line (and, with `|member` appended, of each waiter's lease in
+/// it), in the lock key's slot and under the key prefix (an ACL limited to the prefix covers
+/// it): `P~line:name` when the lock key `Pname` has a hash tag of its own (kept), else
+/// `P~line:{Pname}`.
+pub(crate) fn line_key(prefix: &str, lock_key: &str) -> String {
+    let rest = lock_key.strip_prefix(prefix).unwrap_or(lock_key);
+    if tag(lock_key).is_some() || lock_key.contains('}') {
+        format!("{prefix}~line:{rest}")
+    } else {
+        format!("{prefix}~line:{{{lock_key}}}")
+    }
+}
+
+/// The gate of `key` among `nodes` (their addresses): the node with the highest rendezvous
+/// score, so every process that lists the same nodes, in any order, picks the same gate, and
+/// keys spread evenly over the nodes. The hash is FNV-1a 64 with a final mix: fixed, unlike
+/// std's hasher, so processes built by different compilers agree.
+pub(crate) fn gate<'a>(
+    nodes: impl IntoIterator<Item = (usize, &'a str)>,
+    key: &str,
+) -> Option<usize> {
+    nodes
+        .into_iter()
+        .max_by_key(|(i, addr)| (rendezvous(addr, key), std::cmp::Reverse(*i)))
+        .map(|(i, _)| i)
+}
+
+fn rendezvous(addr: &str, key: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in addr.as_bytes().iter().chain(&[0xff]).chain(key.as_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    // splitmix64's finaliser: FNV's low bits alone spread poorly over a few nodes.
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
 /// CRC16/XMODEM (polynomial 0x1021, initial 0), the checksum Redis Cluster uses.
 fn crc16(data: &[u8]) -> u16 {
     let mut crc: u16 = 0;
@@ -78,6 +117,41 @@ mod tests {
         assert_eq!(hash_part("foo{}{bar}"), b"foo{}{bar}");
         assert_eq!(hash_part("foo{{bar}}zap"), b"{bar");
         assert_eq!(hash_part("foo{bar}{zap}"), b"bar");
+    }
+
+    #[test]
+    fn line_keys_share_the_lock_slot_and_gates_agree() {
+        for key in [
+            "fredlock:x",
+            "fredlock:{user1}:a",
+            "fredlock:~sem:{s}:permits",
+        ] {
+            let line = line_key("fredlock:", key);
+            assert!(line.starts_with("fredlock:~line:"), "{line}");
+            assert_eq!(slot(key), slot(&line), "{key} vs {line}");
+            assert_eq!(slot(key), slot(&format!("{line}|abc:1")));
+        }
+        let a = [
+            (0, "127.0.0.1:7001"),
+            (1, "127.0.0.1:7002"),
+            (2, "127.0.0.1:7003"),
+        ];
+        let b = [
+            (0, "127.0.0.1:7003"),
+            (1, "127.0.0.1:7001"),
+            (2, "127.0.0.1:7002"),
+        ];
+        let mut counts = [0usize; 3];
+        for k in 0..3000 {
+            let key = format!("fredlock:k{k}");
+            let ga = gate(a, &key).unwrap_or(9);
+            let gb = gate(b, &key).unwrap_or(9);
+            // The same server wins whatever the configuration order.
+            assert_eq!(a[ga].1, b[gb].1);
+            counts[ga] += 1;
+        }
+        assert!(counts.iter().all(|&c| c > 800), "uneven gates: {counts:?}");
+        assert_eq!(gate(std::iter::empty(), "k"), None);
     }
 
     #[test]

@@ -1,25 +1,20 @@
-//! One subscriber connection per node per Redlock, shared by all its waiters: it keeps the
-//! channels the waiters need subscribed, and hands every release message to the waiters'
-//! registry (`waiters`), which decides whom it wakes.
+//! One subscriber connection per node per Redlock, shared by all its waiters, subscribed to ONE
+//! channel: this Redlock's own wake-up channel (see `line`). A release script on a gate node
+//! publishes there when it hands the lock to one of our waiters; the message names the waiter,
+//! and [`Line::dispatch`] wakes it. The number of keys waited on changes nothing here: no
+//! SUBSCRIBE per key, no message to anyone else.
 //!
 //! Started lazily by the first acquire that has to wait, so a Redlock whose acquires never wait
-//! opens no extra connection. A channel is the lock key itself (a release publishes its token on
-//! it, see `scripts::RELEASE_WAKE`); it stays subscribed for [`LINGER`] after its last waiter
-//! left, so that a key contended now and then does not pay a SUBSCRIBE and an UNSUBSCRIBE per
-//! wait.
+//! opens no extra connection.
 //!
-//! Faults: when a subscriber connection drops, its subscriptions stop counting at once (waiters
-//! whose channels lose coverage poll at the retry pace); fred reconnects it, the channels are
-//! subscribed again, and a channel whose coverage comes back wakes one waiter (messages may have
-//! been lost meanwhile). A node that never answers only leaves its subscriptions unconfirmed;
-//! the waiters' fallback timer covers what no message reports (an expired holder, a lost
-//! message). Redis Cluster nodes have no subscriber (a script's PUBLISH would be broadcast over
-//! the whole cluster bus): their waiters rely on the other nodes' messages, or poll.
+//! Faults: when a subscriber connection drops, the node counts as down at once (waiters whose
+//! gate it is probe at the retry pace); fred reconnects it, the channel is subscribed again,
+//! and coming back up wakes every waiter once (messages may have been lost meanwhile). Redis
+//! Cluster nodes have no subscriber; their lines still work, their waiters probe.
 //!
-//! Owns: the subscriber connections, SUBSCRIBE/UNSUBSCRIBE, turning connection events into
-//! coverage changes. Must not: decide whom a message wakes (waiters) or send lock commands.
+//! Owns: the subscriber connections, SUBSCRIBE, turning connection events into liveness.
+//! Must not: decide whom a message wakes (the release script did) or send lock commands.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,22 +22,19 @@ use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use fred::prelude::{Config, Options};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use crate::connection::classify;
+use crate::line::Line;
 use crate::node::{Client, Node};
-use crate::waiters::Registry;
 
-/// How long a channel stays subscribed after its last waiter left.
-pub(crate) const LINGER: Duration = Duration::from_secs(5);
-/// Bound on one SUBSCRIBE or UNSUBSCRIBE round trip.
+/// Bound on one SUBSCRIBE round trip.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// Messages fred may queue for this task before it counts them as lost.
 const QUEUE: usize = 4096;
 
-/// The subscriber connections of one Redlock and the registry of its waiters.
+/// The subscriber connections of one Redlock.
 pub(crate) struct Subscribers {
-    registry: Arc<Registry>,
+    line: Arc<Line>,
     /// Per node: its name and the configuration to connect with (`None`: no subscriber).
     nodes: Vec<Option<(String, Config)>>,
     tasks: Mutex<Option<Vec<JoinHandle<()>>>>,
@@ -64,42 +56,21 @@ impl std::fmt::Debug for Subscribers {
 }
 
 impl Subscribers {
-    /// Subscribers for `nodes`, or `None` when too few of them can have one for a channel ever
-    /// to be covered (then waiters poll, and releases publish nothing).
-    pub(crate) fn new(nodes: &[Node], quorum: usize) -> Option<Subscribers> {
+    /// Subscribers for the nodes that can have one (single servers), or `None` when none can.
+    pub(crate) fn new(nodes: &[Node], line: Arc<Line>) -> Option<Subscribers> {
         let configs: Vec<Option<(String, Config)>> = nodes
             .iter()
             .map(|n| n.subscriber_config().map(|c| (n.name.clone(), c)))
             .collect();
-        let capable = configs.iter().filter(|c| c.is_some()).count();
-        let needed = nodes.len().saturating_sub(quorum).saturating_add(1);
-        if capable < needed {
+        if configs.iter().all(Option::is_none) {
             return None;
         }
         Some(Subscribers {
-            registry: Arc::new(Registry::new(nodes.len(), quorum)),
+            line,
             nodes: configs,
             tasks: Mutex::new(None),
             closed: watch::Sender::new(false),
         })
-    }
-
-    /// Whether node `index` has a subscriber (so its releases should publish).
-    pub(crate) fn listens_to(&self, index: usize) -> bool {
-        self.nodes.get(index).is_some_and(Option::is_some)
-    }
-
-    /// The waiters' registry.
-    pub(crate) fn registry(&self) -> &Arc<Registry> {
-        &self.registry
-    }
-
-    /// A release of `token` on `key` was just handed to every node's connection: wakes a waiter
-    /// of this Redlock at once, without waiting for the nodes' messages (which then count as
-    /// repeats). Its attempt's commands queue behind the release on each connection, so they
-    /// land after it. Starts nothing.
-    pub(crate) fn released(&self, key: &str, token: &str) {
-        self.registry.dispatch(key, token);
     }
 
     /// Starts the subscriber connections (once; later calls do nothing). Needs a tokio runtime.
@@ -120,7 +91,7 @@ impl Subscribers {
                 let task = Task {
                     node: i,
                     name,
-                    registry: self.registry.clone(),
+                    line: self.line.clone(),
                     closed: self.closed.subscribe(),
                 };
                 rt.spawn(task.run(config))
@@ -129,14 +100,7 @@ impl Subscribers {
         *tasks = Some(spawned);
     }
 
-    /// `token` is a failed attempt's, about to be cleaned up: its release messages wake nobody
-    /// here.
-    pub(crate) fn own_cleanup(&self, token: &str) {
-        self.registry.quiet(token);
-    }
-
-    /// Stops every subscriber connection (QUIT) and waits for it. Waiters left fall back to
-    /// polling (their commands fail anyway once the Redlock is closed).
+    /// Stops every subscriber connection (QUIT) and waits for it.
     pub(crate) async fn close(&self) {
         self.closed.send_replace(true);
         let tasks = self
@@ -175,11 +139,11 @@ fn options() -> Options {
     }
 }
 
-/// One node's subscriber: connects, keeps the wanted channels subscribed, dispatches messages.
+/// One node's subscriber: connects, keeps the channel subscribed, dispatches messages.
 struct Task {
     node: usize,
     name: String,
-    registry: Arc<Registry>,
+    line: Arc<Line>,
     closed: watch::Receiver<bool>,
 }
 
@@ -188,8 +152,7 @@ impl Task {
         let client = match client(config) {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!(node = %self.name, cause = %classify(&e).1, "fredlock: cannot create the subscriber connection; waiters on this node poll");
-                self.registry.set_up(self.node, false);
+                tracing::warn!(node = %self.name, cause = %classify(&e).1, "fredlock: cannot create the subscriber connection; waiters whose gate this node is poll");
                 return;
             }
         };
@@ -206,8 +169,7 @@ impl Task {
                 }
             }
         }
-        self.registry.set_up(self.node, false);
-        self.registry.lost(self.node);
+        self.line.set_up(self.node, false);
     }
 
     /// Returns whether it ever connected (so the client must be quit).
@@ -216,66 +178,56 @@ impl Task {
         let mut messages = client.message_rx();
         let mut reconnects = client.reconnect_rx();
         let mut errors = client.error_rx();
-        let mut wanted = self.registry.wanted_changes();
         let mut backoff = Duration::from_millis(50);
         let mut warned = false;
-        loop {
-            match client.init().await {
-                Ok(_) => break,
-                Err(e) => {
-                    self.registry.set_up(self.node, false);
-                    if !warned {
-                        tracing::warn!(node = %self.name, cause = %classify(&e).1, "fredlock: subscriber connection failed; retrying (waiters poll meanwhile)");
-                        warned = true;
-                    }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
+        while let Err(e) = client.init().await {
+            if !warned {
+                tracing::warn!(node = %self.name, cause = %classify(&e).1, "fredlock: subscriber connection failed; retrying (waiters poll meanwhile)");
+                warned = true;
             }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(2));
         }
-        self.registry.set_up(self.node, true);
-        let mut subscribed: HashSet<String> = HashSet::new();
+        let channel = self.line.channel();
         // Set by a connection error: the next reconnect event means "subscribe again".
         let mut dropped = false;
-        let mut retry_at: Option<Instant> = None;
-        // The subscriptions may differ from the wanted channels (checked only then: not on
-        // every message); `full`: compare with every wanted channel, not just the changes.
-        let mut dirty = true;
-        let mut full = true;
-        let mut sweep = tokio::time::interval(LINGER / 2);
-        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut subscribed = false;
+        backoff = Duration::from_millis(50);
         loop {
-            if dirty && retry_at.is_none_or(|t| Instant::now() >= t) {
-                retry_at = None;
-                dirty = false;
-                if let Err(e) = self
-                    .sync(client, &mut subscribed, std::mem::take(&mut full))
+            if !subscribed && !dropped {
+                match client
+                    .with_options(&options())
+                    .subscribe(channel.as_str())
                     .await
                 {
-                    tracing::debug!(node = %self.name, cause = %classify(&e).1, "fredlock: subscribing failed; retrying");
-                    dirty = true;
-                    full = true;
-                    retry_at = Some(Instant::now() + backoff);
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                } else {
-                    backoff = Duration::from_millis(50);
+                    Ok(()) => {
+                        subscribed = true;
+                        backoff = Duration::from_millis(50);
+                        self.line.set_up(self.node, true);
+                    }
+                    Err(e) => {
+                        tracing::debug!(node = %self.name, cause = %classify(&e).1, "fredlock: subscribing failed; retrying");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(2));
+                        continue;
+                    }
                 }
             }
-            let retry = async {
-                match retry_at {
-                    Some(t) => tokio::time::sleep_until(t).await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 biased;
                 m = messages.recv() => match m {
                     Ok(message) => {
-                        if let Some(token) = message.value.as_str() {
-                            self.registry.dispatch(&message.channel, &token);
+                        if message.channel == channel.as_str() {
+                            if let Some(payload) = message.value.as_str() {
+                                self.line.dispatch(&payload);
+                            }
                         }
                     }
-                    Err(RecvError::Lagged(_)) => self.registry.overflowed(),
+                    // Messages lost: as after a reconnect, every waiter probes once.
+                    Err(RecvError::Lagged(_)) => {
+                        self.line.set_up(self.node, false);
+                        self.line.set_up(self.node, true);
+                    }
                     Err(RecvError::Closed) => return true,
                 },
                 e = errors.recv() => {
@@ -287,82 +239,18 @@ impl Task {
                     }
                     // Messages published from now until we are subscribed again are lost.
                     dropped = true;
-                    dirty = true;
-                    full = true;
-                    subscribed.clear();
-                    self.registry.lost(self.node);
-                    self.registry.set_up(self.node, false);
+                    subscribed = false;
+                    self.line.set_up(self.node, false);
                 }
                 r = reconnects.recv() => {
                     if matches!(r, Err(RecvError::Closed)) {
                         return true;
                     }
-                    if dropped || matches!(r, Err(RecvError::Lagged(_))) {
-                        dropped = false;
-                        dirty = true;
-                        full = true;
-                        subscribed.clear();
-                        self.registry.lost(self.node);
-                        self.registry.set_up(self.node, true);
-                        retry_at = None;
-                    }
+                    dropped = false;
+                    subscribed = false;
+                    self.line.set_up(self.node, false);
                 }
-                c = wanted.changed() => {
-                    if c.is_err() {
-                        return true;
-                    }
-                    dirty = true;
-                }
-                _ = sweep.tick() => {
-                    // Removing channels bumps `wanted`, which marks the set dirty.
-                    self.registry.sweep(Instant::now(), LINGER);
-                }
-                () = retry => {}
             }
         }
-    }
-
-    /// Subscribes the wanted channels not subscribed yet, unsubscribes those no longer wanted,
-    /// and confirms the rest (an entry re-created while its subscription stood). `full`:
-    /// against every wanted channel (after a reconnect or a failure), else against the changes
-    /// since the last call (a waiter per new key must not cost a pass over every channel).
-    async fn sync(
-        &self,
-        client: &Client,
-        subscribed: &mut HashSet<String>,
-        full: bool,
-    ) -> Result<(), fred::error::Error> {
-        let (want, gone): (Vec<String>, Vec<String>) = if full {
-            let wanted = self.registry.wanted(self.node);
-            let keep: HashSet<&String> = wanted.iter().collect();
-            let gone = subscribed
-                .iter()
-                .filter(|c| !keep.contains(c))
-                .cloned()
-                .collect();
-            (wanted, gone)
-        } else {
-            self.registry.changes(self.node)
-        };
-        let gone: Vec<String> = gone.into_iter().filter(|g| subscribed.remove(g)).collect();
-        if !gone.is_empty() {
-            client.with_options(&options()).unsubscribe(gone).await?;
-        }
-        let (standing, new): (Vec<String>, Vec<String>) =
-            want.into_iter().partition(|c| subscribed.contains(c));
-        if !standing.is_empty() {
-            self.registry.confirm(self.node, &standing);
-        }
-        if !new.is_empty() {
-            // One SUBSCRIBE for all: Redis subscribes them in one go, and its first
-            // confirmation (the one fred waits for) comes after all of them took effect.
-            client
-                .with_options(&options())
-                .subscribe(new.clone())
-                .await?;
-            subscribed.extend(new.iter().cloned());
-            self.registry.confirm(self.node, &new);
-        }
-        Ok(())
     }
 }

@@ -14,7 +14,7 @@ const LAYERS: &[&[&str]] = &[
         "connection",
         "reply",
         "slots",
-        "waiters",
+        "line",
         "owner",
     ],
     &["cluster", "batch"],

@@ -72,7 +72,9 @@ async fn contention_after_retries_is_contended_with_votes() {
         Err(Error::Contended {
             attempts, votes, ..
         }) => {
-            assert_eq!(attempts, 3);
+            // At least the budget; a wake-up (the waiter's subscription coming up) adds
+            // an attempt on top.
+            assert!(attempts >= 3, "{attempts} attempts");
             assert_eq!(
                 votes.refused()
                     + votes

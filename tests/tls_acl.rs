@@ -38,6 +38,10 @@ const RULE: &[&str] = &[
     "+pexpire",
     "+pttl",
     "+publish",
+    "+zadd",
+    "+zrange",
+    "+zrem",
+    "+zrank",
     "+client|id",
 ];
 
