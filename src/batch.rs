@@ -72,6 +72,19 @@ pub(crate) struct Held {
     pub(crate) fence_keys: Vec<String>,
 }
 
+impl Held {
+    /// The resource names as errors show them (a semaphore permit as its semaphore's name,
+    /// never an internal key).
+    pub(crate) fn names(&self) -> crate::error::Names {
+        crate::error::Names(
+            self.resources
+                .iter()
+                .map(|r| crate::slots::shown(r))
+                .collect(),
+        )
+    }
+}
+
 /// What an operation does to its lock's (single) key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
