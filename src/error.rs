@@ -405,11 +405,11 @@ fn unavailable_text(
         ),
         Round::Extend => format!(
             "lock {resources}: extension not confirmed: {}; {quorum} needed (the lock stays valid until its current deadline: retry, or stop the work by then)",
-            tally(votes, "extended")
+            tally(votes, "extended", "our token gone")
         ),
         Round::Release => format!(
             "lock {resources}: release not confirmed: {}; {quorum} needed to know that no one else held it meanwhile (keys left behind expire with their TTL)",
-            tally(votes, "deleted")
+            tally(votes, "deleted", "our token gone")
         ),
     }
 }
@@ -420,19 +420,19 @@ fn held_text(votes: &Votes) -> String {
     if votes.0.is_empty() {
         return String::new();
     }
-    format!(" ({})", tally(votes, "our token found"))
+    format!(" ({})", tally(votes, "our token found", "gone"))
 }
 
-/// Where a round on a held lock did what it was asked (`did`), where our token was gone,
-/// which nodes failed and why, and how many were not waited for.
-fn tally(votes: &Votes, did: &str) -> String {
+/// Where a round on a held lock did what it was asked (`did`), where our token was gone
+/// (`gone`), which nodes failed and why, and how many were not waited for.
+fn tally(votes: &Votes, did: &str, gone: &str) -> String {
     let mut parts = vec![format!(
         "{did} on {} of {} nodes",
         votes.granted(),
         votes.0.len()
     )];
     if votes.refused() > 0 {
-        parts.push(format!("our token gone on {}", votes.refused()));
+        parts.push(format!("{gone} on {}", votes.refused()));
     }
     let failed: Vec<String> = votes.failures().map(ToString::to_string).collect();
     if !failed.is_empty() {

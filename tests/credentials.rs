@@ -17,10 +17,13 @@ use tracing_subscriber::layer::SubscriberExt;
 
 const SECRET: &str = "credentials-test-secret";
 
+/// One event: its level and its fields, as text.
+type Event = (tracing::Level, HashMap<String, String>);
+
 /// Counts fredlock's WARN and INFO events per node, with their text.
 #[derive(Clone, Default)]
 struct Probe {
-    events: Arc<Mutex<Vec<(tracing::Level, HashMap<String, String>)>>>,
+    events: Arc<Mutex<Vec<Event>>>,
 }
 
 impl Probe {
