@@ -158,6 +158,10 @@ impl State {
     /// `fredlock_node_usable` gauge. A node that refuses our credentials (NOAUTH, WRONGPASS)
     /// is otherwise silent: the fleet has lost fault tolerance and nothing else says so.
     pub(crate) fn observe(&self) {
+        // A closed Redlock's connections going away is no news.
+        if self.is_closed() {
+            return;
+        }
         // Identified once, a node whose connection dropped since does not count either.
         let now = self
             .counts()
