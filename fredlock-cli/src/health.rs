@@ -212,67 +212,123 @@ pub async fn health(
             )));
         }
     }
-    let allowed = |w: &Warning| allow.iter().any(|a| a == w.id);
-    let (fleet_notes, fleet_warnings): (Vec<Warning>, Vec<Warning>) =
-        fleet_warnings.into_iter().partition(allowed);
-    for r in &mut reports {
-        let (notes, warnings) = std::mem::take(&mut r.warnings)
-            .into_iter()
-            .partition(allowed);
-        r.notes = notes;
-        r.warnings = warnings;
-    }
-    let notes = fleet_notes.len() + reports.iter().map(|r| r.notes.len()).sum::<usize>();
-    let reachable = reports.iter().filter(|r| r.reachable()).count();
-    let down = reports
-        .iter()
-        .filter(|r| r.error.is_some() && r.duplicate_of.is_none())
-        .count();
-    let warnings = fleet_warnings.len() + reports.iter().map(|r| r.warnings.len()).sum::<usize>();
-    let (status, code) = if reachable < quorum {
-        ("no-quorum", exit::NO_QUORUM)
-    } else if down > 0 || warnings > 0 {
-        ("degraded", exit::DEGRADED)
-    } else {
-        ("healthy", exit::OK)
-    };
+    let fleet = Fleet::new(fleet_warnings, &mut reports, allow, quorum, spread);
     if json_out {
+        fleet.print_json(&reports);
+    } else {
+        fleet.print_text(&reports);
+    }
+    fleet.code
+}
+
+/// The verdict over every node, with the fleet's own warnings and notes.
+struct Fleet {
+    status: &'static str,
+    code: i32,
+    quorum: usize,
+    reachable: usize,
+    spread: Option<Duration>,
+    warnings: Vec<Warning>,
+    notes: Vec<Warning>,
+    /// Warnings and notes of the fleet and every node.
+    warning_count: usize,
+    note_count: usize,
+}
+
+impl Fleet {
+    /// Turns the warnings whose id is in `allow` into notes (the fleet's and each node's),
+    /// then decides: no quorum, degraded (a node down or a warning left), or healthy.
+    fn new(
+        warnings: Vec<Warning>,
+        reports: &mut [NodeReport],
+        allow: &[String],
+        quorum: usize,
+        spread: Option<Duration>,
+    ) -> Fleet {
+        let allowed = |w: &Warning| allow.iter().any(|a| a == w.id);
+        let (notes, warnings): (Vec<Warning>, Vec<Warning>) =
+            warnings.into_iter().partition(allowed);
+        for r in reports.iter_mut() {
+            let (notes, warnings) = std::mem::take(&mut r.warnings)
+                .into_iter()
+                .partition(allowed);
+            r.notes = notes;
+            r.warnings = warnings;
+        }
+        let note_count = notes.len() + reports.iter().map(|r| r.notes.len()).sum::<usize>();
+        let warning_count =
+            warnings.len() + reports.iter().map(|r| r.warnings.len()).sum::<usize>();
+        let reachable = reports.iter().filter(|r| r.reachable()).count();
+        let down = reports
+            .iter()
+            .filter(|r| r.error.is_some() && r.duplicate_of.is_none())
+            .count();
+        let (status, code) = if reachable < quorum {
+            ("no-quorum", exit::NO_QUORUM)
+        } else if down > 0 || warning_count > 0 {
+            ("degraded", exit::DEGRADED)
+        } else {
+            ("healthy", exit::OK)
+        };
+        Fleet {
+            status,
+            code,
+            quorum,
+            reachable,
+            spread,
+            warnings,
+            notes,
+            warning_count,
+            note_count,
+        }
+    }
+
+    fn print_json(&self, reports: &[NodeReport]) {
         let nodes: Vec<Json> = reports.iter().map(node_json).collect();
         println!(
             "{}",
             json!({
-                "status": status,
-                "configured": configured,
-                "quorum": quorum,
-                "reachable": reachable,
-                "clock_spread_ms": spread.map(|s| s.as_secs_f64() * 1000.0),
-                "warnings": fleet_warnings.iter().map(warning_json).collect::<Vec<_>>(),
-                "notes": fleet_notes.iter().map(warning_json).collect::<Vec<_>>(),
+                "status": self.status,
+                "configured": reports.len(),
+                "quorum": self.quorum,
+                "reachable": self.reachable,
+                "clock_spread_ms": self.spread.map(|s| s.as_secs_f64() * 1000.0),
+                "warnings": self.warnings.iter().map(warning_json).collect::<Vec<_>>(),
+                "notes": self.notes.iter().map(warning_json).collect::<Vec<_>>(),
                 "nodes": nodes,
             })
         );
-    } else {
-        for r in &reports {
+    }
+
+    fn print_text(&self, reports: &[NodeReport]) {
+        for r in reports {
             print_node(r);
         }
-        if let Some(spread) = spread {
+        if let Some(spread) = self.spread {
             println!(
                 "clock spread: {:.1} ms across reachable nodes",
                 spread.as_secs_f64() * 1000.0
             );
         }
-        for w in &fleet_warnings {
+        for w in &self.warnings {
             println!("  WARNING: {} [{}]", w.message, w.id);
         }
-        for w in &fleet_notes {
+        for w in &self.notes {
             println!("  note (allowed): {} [{}]", w.message, w.id);
         }
+        let allowed = match self.note_count {
+            0 => String::new(),
+            n => format!(", {n} allowed"),
+        };
         println!(
-            "{status}: {reachable} of {configured} configured nodes reachable as distinct servers, {quorum} needed for a quorum; {warnings} warning(s){}",
-            if notes > 0 { format!(", {notes} allowed") } else { String::new() }
+            "{}: {} of {} configured nodes reachable as distinct servers, {} needed for a quorum; {} warning(s){allowed}",
+            self.status,
+            self.reachable,
+            reports.len(),
+            self.quorum,
+            self.warning_count
         );
     }
-    code
 }
 
 fn node_json(r: &NodeReport) -> Json {

@@ -33,32 +33,29 @@ pub fn causes(failed: &[&NodeError]) -> String {
 
 /// Says at once on stderr which nodes do not answer (down, refusing connections, refusing our
 /// credentials: NOAUTH, WRONGPASS), so that a fleet that lost its fault tolerance is not
-/// silent. Returns whether a quorum answered.
-pub async fn warn_at_start(redlock: &Redlock, name: &str) -> bool {
+/// silent. Says nothing when no quorum answers: the lock call's own error, or the wait for a
+/// quorum ([`no_quorum_for`]), says that.
+pub async fn warn_at_start(redlock: &Redlock, name: &str) {
     let Ok(seen) = redlock.inspect(name).await else {
-        return true;
+        return;
     };
     let failed = failures(&seen);
     let n = seen.nodes.len();
     let ok = answered(&seen);
-    if failed.is_empty() {
-        return true;
+    if failed.is_empty() || ok < seen.quorum {
+        return;
     }
-    if ok >= seen.quorum {
-        for e in &failed {
-            eprintln!(
-                "fredlock: warning: node {} is not usable: {}: {}",
-                e.node, e.kind, e.message
-            );
-        }
+    for e in &failed {
         eprintln!(
-            "fredlock: warning: {ok} of {n} nodes usable, {} needed: {} more failure(s) and no lock can be taken",
-            seen.quorum,
-            ok + 1 - seen.quorum
+            "fredlock: warning: node {} is not usable: {}: {}",
+            e.node, e.kind, e.message
         );
-        return true;
     }
-    false
+    eprintln!(
+        "fredlock: warning: {ok} of {n} nodes usable, {} needed: {} more failure(s) and no lock can be taken",
+        seen.quorum,
+        ok + 1 - seen.quorum
+    );
 }
 
 /// Resolves when no quorum of nodes has answered for `bound` (checked every
