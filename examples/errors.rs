@@ -67,22 +67,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "no quorum reachable (wrong password, refused, unknown host)",
         err(mixed.acquire("orders:42", ttl).await),
     ));
-    let noauth = quick(Redlock::builder().nodes([format!("redis://127.0.0.1:{}", nodes.port(0))]))
-        .build()
-        .await?;
+    // Credentials refused by (a quorum of) the nodes: build() fails at once.
     rows.push((
-        "a node that needs a password",
-        err(noauth.acquire("orders:42", ttl).await),
+        "a node that needs a password (build)",
+        err(
+            quick(Redlock::builder().nodes([format!("redis://127.0.0.1:{}", nodes.port(0))]))
+                .build()
+                .await,
+        ),
     ));
-    let unknown_user = quick(Redlock::builder().nodes([format!(
-        "redis://nobody:{secret}@127.0.0.1:{}",
-        nodes.port(1)
-    )]))
-    .build()
-    .await?;
     rows.push((
-        "an unknown ACL user",
-        err(unknown_user.acquire("orders:42", ttl).await),
+        "an unknown ACL user (build)",
+        err(quick(Redlock::builder().nodes([format!(
+            "redis://nobody:{secret}@127.0.0.1:{}",
+            nodes.port(1)
+        )]))
+        .build()
+        .await),
     ));
     rows.push(("TLS: certificate not trusted", tls_failure(&nodes).await?));
     rows.push((
@@ -94,6 +95,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .require_quorum(true)
         .build()
         .await),
+    ));
+
+    // Extend and release without a quorum, and a semaphore permit's release.
+    let mut fleet = LocalNodes::start(3).await?;
+    let two_down = quick(Redlock::builder().nodes(fleet.urls()))
+        .build()
+        .await?;
+    let mut lock = two_down.acquire("orders:45", ttl).await?;
+    let permit = two_down.semaphore("pool:api", 2)?.acquire(ttl).await?;
+    fleet.kill(1)?;
+    fleet.kill(2)?;
+    rows.push(("extend without a quorum", err(lock.extend(ttl).await)));
+    rows.push(("release without a quorum", err(lock.release().await)));
+    rows.push((
+        "a semaphore permit's release without a quorum",
+        err(permit.release().await),
     ));
 
     // Configuration and input.

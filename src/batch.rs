@@ -105,6 +105,19 @@ impl LineRef {
     }
 }
 
+impl Held {
+    /// The resource names as errors show them (a semaphore permit as its semaphore's name,
+    /// never an internal key).
+    pub(crate) fn names(&self) -> crate::error::Names {
+        crate::error::Names(
+            self.resources
+                .iter()
+                .map(|r| crate::slots::shown(r))
+                .collect(),
+        )
+    }
+}
+
 /// What an operation does to its lock's (single) key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {

@@ -253,7 +253,11 @@ impl Builder {
     ///
     /// Returns once a quorum of nodes is connected or after `connect_wait`, whichever comes first:
     /// a service can start while nodes are down (acquires fail with [`Error::Unavailable`]
-    /// until a quorum is back). Must be called inside a tokio runtime, and the `Redlock` must be
+    /// until a quorum is back). It fails with [`Error::Connect`] (in strict mode, or not) when
+    /// so many nodes refuse the credentials (`NOAUTH`, `WRONGPASS`) that no quorum accepts
+    /// them: that is a configuration mistake, not an outage. Each node that does not count is
+    /// logged at WARN level once per change of its state (with the server's words), and the
+    /// `fredlock_node_usable` gauge (feature `metrics`) says which nodes count. Must be called inside a tokio runtime, and the `Redlock` must be
     /// used in that runtime (fred's connection tasks live there).
     ///
     /// Cancellation: dropping the future before it completes leaves the clients created so far
@@ -334,11 +338,15 @@ impl Builder {
                 })
             })
             .collect();
-        for e in &down {
-            tracing::warn!(node = %e.node, kind = %e.kind, cause = %e.message, "fredlock: node not connected at build; it keeps connecting in the background");
-        }
+        // Each node that does not count was logged (WARN) by its connection, once.
         let connected = nodes.len() - down.len();
-        if connected < q && self.require_quorum {
+        // Credentials refused by too many nodes will not fix themselves: fail at once, also
+        // without `require_quorum`, instead of failing every acquire.
+        let refused = down
+            .iter()
+            .filter(|e| e.kind == NodeErrorKind::Auth)
+            .count();
+        if (connected < q && self.require_quorum) || nodes.len() - refused < q {
             return Err(Error::Connect {
                 nodes: nodes.len(),
                 quorum: q,

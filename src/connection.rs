@@ -87,6 +87,9 @@ pub(crate) struct State {
     pub(crate) identity: watch::Sender<Identity>,
     /// The latest connection failure, cleared on (re)connect.
     cause: Mutex<Option<(NodeErrorKind, String)>>,
+    /// Whether this node's votes counted when last looked at (`None`: not yet looked at), or
+    /// the kind of failure that kept them from counting: a change is logged and counted once.
+    usable: Mutex<Option<Result<(), NodeErrorKind>>>,
     closed: watch::Sender<bool>,
     /// fred's connection task runs (a first connection succeeded, or the client came connected).
     started: std::sync::atomic::AtomicBool,
@@ -101,6 +104,7 @@ impl State {
             link: watch::Sender::new(Link::Connecting),
             identity: watch::Sender::new(Identity::Unknown),
             cause: Mutex::new(None),
+            usable: Mutex::new(None),
             closed: watch::Sender::new(false),
             started: Default::default(),
             servers,
@@ -148,6 +152,43 @@ impl State {
         }
     }
 
+    /// Looks at whether this node's votes count now and, once per change (usable, or unusable
+    /// for another kind of reason than before), logs it (WARN with the node and the server's
+    /// or the OS's words when it stops counting, INFO when it counts again) and sets the
+    /// `fredlock_node_usable` gauge. A node that refuses our credentials (NOAUTH, WRONGPASS)
+    /// is otherwise silent: the fleet has lost fault tolerance and nothing else says so.
+    pub(crate) fn observe(&self) {
+        // A closed Redlock's connections going away is no news.
+        if self.is_closed() {
+            return;
+        }
+        // Identified once, a node whose connection dropped since does not count either.
+        let now = self
+            .counts()
+            .and_then(|()| self.cause().map_or(Ok(()), Err));
+        let next = now.as_ref().map(|_| ()).map_err(|e| e.kind);
+        let before = {
+            let mut last = self.usable.lock().unwrap_or_else(|p| p.into_inner());
+            if *last == Some(next) {
+                return;
+            }
+            last.replace(next)
+        };
+        crate::metrics::node_usable(&self.name, next.is_ok());
+        match now {
+            Ok(()) => {
+                if matches!(before, Some(Err(_))) {
+                    tracing::info!(node = %self.name, "fredlock: node usable again");
+                }
+            }
+            // Said by `warn_identity` already.
+            Err(e) if e.kind == NodeErrorKind::Duplicate => {}
+            Err(e) => {
+                tracing::warn!(node = %self.name, kind = %e.kind, cause = %e.message, "fredlock: node not usable (its votes do not count); retrying in the background");
+            }
+        }
+    }
+
     /// Whether [`close`](Self::close) was called; resolves at once when it was.
     pub(crate) async fn closed(&self) {
         let mut rx = self.closed.subscribe();
@@ -169,6 +210,7 @@ impl State {
         self.set_cause(None);
         self.identity.send_replace(identity);
         self.link.send_replace(Link::Up);
+        self.observe();
     }
 
     /// A failed attempt of a connect loop other than [`spawn`]'s: records the cause, and marks
@@ -178,6 +220,7 @@ impl State {
         if *self.link.borrow() != Link::Up {
             self.link.send_replace(Link::Down);
         }
+        self.observe();
     }
 
     /// Turns a fred error into a [`NodeError`] with the most useful words: a command refused
@@ -363,19 +406,14 @@ async fn run(client: Client, state: Arc<State>) {
     let mut reconnects = client.reconnect_rx();
     let mut errors = client.error_rx();
     let mut backoff = Duration::from_millis(50);
-    let mut warned = false;
     let task = if client.state() == ClientState::Disconnected {
         loop {
             match client.init().await {
                 Ok(task) => break Some(task),
                 Err(e) => {
-                    let (kind, message) = classify(&e);
-                    if !warned {
-                        tracing::warn!(node = %state.name, %kind, cause = %message, "fredlock: node unreachable; retrying in the background");
-                        warned = true;
-                    }
-                    state.set_cause(Some((kind, message)));
+                    state.set_cause(Some(classify(&e)));
                     state.link.send_replace(Link::Down);
+                    state.observe();
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
@@ -389,10 +427,8 @@ async fn run(client: Client, state: Arc<State>) {
         .store(true, std::sync::atomic::Ordering::Release);
     state.set_cause(None);
     identify(&client, &state).await;
-    if warned {
-        tracing::info!(node = %state.name, "fredlock: node connected");
-    }
     state.link.send_replace(Link::Up);
+    state.observe();
     let done = async {
         match task {
             // Runs until the client quits (fred reconnects on its own meanwhile).
@@ -411,11 +447,15 @@ async fn run(client: Client, state: Arc<State>) {
                 Ok(_) | Err(RecvError::Lagged(_)) => {
                     state.set_cause(None);
                     identify(&client, &state).await;
+                    state.observe();
                 }
                 Err(RecvError::Closed) => return,
             },
             r = errors.recv() => match r {
-                Ok((e, _)) => state.set_cause(Some(classify(&e))),
+                Ok((e, _)) => {
+                    state.set_cause(Some(classify(&e)));
+                    state.observe();
+                }
                 Err(RecvError::Lagged(_)) => {}
                 Err(RecvError::Closed) => return,
             },
@@ -440,6 +480,7 @@ async fn identify(client: &Client, state: &State) {
             Err(e) if e.details().contains("NOPERM") => Identity::Unverifiable,
             Err(e) => {
                 state.set_cause(Some(classify(&e)));
+                state.observe();
                 if *state.closed.borrow() {
                     return;
                 }
@@ -448,6 +489,7 @@ async fn identify(client: &Client, state: &State) {
                 continue;
             }
         };
+        state.set_cause(None);
         warn_identity(&state.name, &identity);
         state.identity.send_replace(identity);
         return;

@@ -305,9 +305,15 @@ pub enum Error {
         votes: Votes,
     },
     /// Too few nodes answered to ever form a quorum. The fleet, or the path to it, is unhealthy:
-    /// the message lists each failed node and its cause.
-    #[error("lock {resources}: not enough nodes reachable: {reachable} of {nodes} answered, {quorum} needed, after {attempts} attempt(s) ({votes})")]
+    /// the message lists each failed node and its cause. After an extend or a release (see
+    /// `round`) it says where the keys were extended or deleted and which nodes did not answer,
+    /// and why: an extension that was not confirmed leaves the lock valid until its current
+    /// deadline; a release that was not confirmed cannot tell whether someone else held the
+    /// lock meanwhile (keys left behind expire with their TTL).
+    #[error("{}", unavailable_text(*.round, .resources, *.attempts, (*.nodes, *.quorum, *.reachable), .votes))]
     Unavailable {
+        /// The round that failed: an acquire, an extension or a release.
+        round: Round,
         /// The resources asked for.
         resources: Names,
         /// Attempts made.
@@ -335,7 +341,7 @@ pub enum Error {
         ttl: Duration,
     },
     /// The lock is no longer held: it expired or was taken over before this extend or release.
-    #[error("lock {resources}: no longer held: {reason} ({votes})")]
+    #[error("lock {resources}: no longer held: {reason}{}", held_text(.votes))]
     NotHeld {
         /// The resources of the lock.
         resources: Names,
@@ -353,8 +359,9 @@ pub enum Error {
         reason: LostReason,
     },
     /// `build()` in strict mode ([`crate::Builder::require_quorum`]): fewer than a quorum of
-    /// nodes connected within `connect_wait`. Lists each node that did not connect, with its
-    /// cause.
+    /// nodes connected within `connect_wait`; or, in any mode, so many nodes refused the
+    /// credentials (`NOAUTH`, `WRONGPASS`) that no quorum accepts them. Lists each node that
+    /// did not connect, with its cause.
     #[error("{connected} of {nodes} nodes connected within {waited:?}, {quorum} needed: {}", join(.failures))]
     Connect {
         /// Configured nodes.
@@ -371,6 +378,79 @@ pub enum Error {
     /// The input or configuration was rejected before anything was sent.
     #[error("invalid input: {0}")]
     InvalidInput(#[from] InvalidInput),
+}
+
+/// Which round of a lock an [`Error::Unavailable`] comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Round {
+    /// An acquire (or a semaphore permit's).
+    Acquire,
+    /// An extension (by hand or by the keep-alive).
+    Extend,
+    /// A release.
+    Release,
+}
+
+fn unavailable_text(
+    round: Round,
+    resources: &Names,
+    attempts: u32,
+    (nodes, quorum, reachable): (usize, usize, usize),
+    votes: &Votes,
+) -> String {
+    match round {
+        Round::Acquire => format!(
+            "lock {resources}: not enough nodes reachable: {reachable} of {nodes} answered, {quorum} needed, after {attempts} attempt(s) ({votes})"
+        ),
+        Round::Extend => format!(
+            "lock {resources}: extension not confirmed: {}; {quorum} needed (the lock stays valid until its current deadline: retry, or stop the work by then)",
+            tally(votes, "extended", "our token gone")
+        ),
+        Round::Release => format!(
+            "lock {resources}: release not confirmed: {}; {quorum} needed to know that no one else held it meanwhile (keys left behind expire with their TTL)",
+            tally(votes, "deleted", "our token gone")
+        ),
+    }
+}
+
+/// ` (our token on 0 of 3 nodes, gone on 3)` for a lock that is no longer held; empty when
+/// nothing was sent.
+fn held_text(votes: &Votes) -> String {
+    if votes.0.is_empty() {
+        return String::new();
+    }
+    format!(" ({})", tally(votes, "our token found", "gone"))
+}
+
+/// Where a round on a held lock did what it was asked (`did`), where our token was gone
+/// (`gone`), which nodes failed and why, and how many were not waited for.
+fn tally(votes: &Votes, did: &str, gone: &str) -> String {
+    let mut parts = vec![format!(
+        "{did} on {} of {} nodes",
+        votes.granted(),
+        votes.0.len()
+    )];
+    if votes.refused() > 0 {
+        parts.push(format!("{gone} on {}", votes.refused()));
+    }
+    let failed: Vec<String> = votes.failures().map(ToString::to_string).collect();
+    if !failed.is_empty() {
+        parts.push(format!(
+            "failed on {} ({})",
+            failed.len(),
+            failed.join("; ")
+        ));
+    }
+    let pending = votes
+        .0
+        .iter()
+        .filter(|v| matches!(v, Vote::Pending))
+        .count();
+    if pending > 0 {
+        parts.push(format!("{pending} not waited for"));
+    }
+    parts.join(", ")
 }
 
 fn join(failures: &[NodeError]) -> String {

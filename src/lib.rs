@@ -113,8 +113,8 @@ mod with_lock;
 pub use config::{Builder, Retry};
 pub use election::{Election, Role, Term};
 pub use error::{
-    Error, InvalidInput, LostReason, Names, NodeError, NodeErrorKind, NotHeldReason, Result, Vote,
-    Votes,
+    Error, InvalidInput, LostReason, Names, NodeError, NodeErrorKind, NotHeldReason, Result, Round,
+    Vote, Votes,
 };
 pub use inspect::{Holder, Inspection, NodeView, Verdict};
 pub use keepalive::{KeepAlive, KeepAliveOptions, LockHandle, Rejected};

@@ -225,7 +225,7 @@ impl Lock {
         );
         match quorum::outcome(&votes.0) {
             Outcome::Reached => Ok(report),
-            _ => Err(inner.round_failure(&self.held.resources, votes)),
+            _ => Err(inner.round_failure(&self.held, crate::error::Round::Release, votes)),
         }
     }
 }

@@ -13,6 +13,7 @@
 //! | `fredlock_lost_total` | counter | `reason` | kept-alive locks lost: `token_gone`, `expired`, `budget_exhausted`, `task_ended` |
 //! | `fredlock_node_failures_total` | counter | `node`, `kind` | per-node failures in lock rounds: `timeout`, `connection`, `server`, `unexpected_reply`, `auth`, `tls`, `client` (a duplicate server is not a failure and not counted) |
 //! | `fredlock_waiters` | gauge | | acquires of this process waiting for their turn in a wait line |
+//! | `fredlock_node_usable` | gauge | `node` | 1 while the node's votes count (connected, identified, accepting our credentials), 0 while they do not (down, refusing connections or credentials, or the same server as another entry); sum it for the usable nodes |
 //!
 //! Owns: the names and labels. Must not: decide anything (it only observes).
 
@@ -115,4 +116,17 @@ pub(crate) fn waiters(delta: f64) {
     ::metrics::gauge!("fredlock_waiters").increment(delta);
     #[cfg(not(feature = "metrics"))]
     let _ = delta;
+}
+
+/// Whether node `node`'s votes count now (set once per change).
+#[inline]
+pub(crate) fn node_usable(node: &str, usable: bool) {
+    #[cfg(feature = "metrics")]
+    ::metrics::gauge!("fredlock_node_usable", "node" => node.to_string()).set(if usable {
+        1.0
+    } else {
+        0.0
+    });
+    #[cfg(not(feature = "metrics"))]
+    let _ = (node, usable);
 }

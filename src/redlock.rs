@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 pub(crate) use crate::background::spawn_release;
 use crate::background::{self, Background, CleanupGuard, Releaser};
-use crate::error::{Error, InvalidInput, Names, NotHeldReason, Result, Vote, Votes};
+use crate::error::{Error, InvalidInput, Names, NotHeldReason, Result, Round, Vote, Votes};
 use crate::line::Line;
 use crate::node::{Acquired, Extension, Held, LineRef, Node, Queue};
 use crate::quorum::{
@@ -97,9 +97,7 @@ pub(crate) struct ExtendRequest {
 #[deprecated(note = "waiting acquires now wait in line; see `Retry`")]
 pub const FALLBACK_FACTOR: u32 = 4;
 
-/// Resource names starting with this are fredlock's own (fencing counters, semaphore slots):
-/// a caller's name may not start with it, so no lock key can collide with one of them.
-pub(crate) const RESERVED: &str = "~";
+pub(crate) use crate::slots::RESERVED;
 
 /// How [`Redlock::acquire`] retries while the lock is held by someone else or nodes fail.
 ///
@@ -809,7 +807,7 @@ impl Inner {
         let t0 = Instant::now();
         if t0 >= current_deadline {
             return Err(Error::NotHeld {
-                resources: Names(held.resources.clone()),
+                resources: held.names(),
                 reason: NotHeldReason::Expired,
                 votes: Votes::default(),
             });
@@ -846,12 +844,12 @@ impl Inner {
         }
         if Instant::now() >= current_deadline {
             return Err(Error::NotHeld {
-                resources: Names(held.resources.clone()),
+                resources: held.names(),
                 reason: NotHeldReason::Expired,
                 votes,
             });
         }
-        Err(self.round_failure(&held.resources, votes))
+        Err(self.round_failure(held, Round::Extend, votes))
     }
 
     /// One batched extend round for many locks of this Redlock (the keep-alive's): ONE call per
@@ -889,7 +887,7 @@ impl Inner {
                 };
                 if t0 >= r.deadline {
                     return Plan::Done(Error::NotHeld {
-                        resources: Names(r.held.resources.clone()),
+                        resources: r.held.names(),
                         reason: NotHeldReason::Expired,
                         votes: Votes::default(),
                     });
@@ -941,14 +939,14 @@ impl Inner {
                     let reached = quorum::outcome(&votes.0) == Outcome::Reached;
                     if now >= r.deadline {
                         Err(Error::NotHeld {
-                            resources: Names(r.held.resources.clone()),
+                            resources: r.held.names(),
                             reason: NotHeldReason::Expired,
                             votes,
                         })
                     } else if reached {
                         Ok(new_deadline)
                     } else {
-                        Err(self.round_failure(&r.held.resources, votes))
+                        Err(self.round_failure(&r.held, Round::Extend, votes))
                     }
                 }
             })
@@ -956,23 +954,28 @@ impl Inner {
             .collect()
     }
 
-    /// Why a quorum round on a held lock (extend, release) failed: `NotHeld(TokenGone)` when
-    /// refusals alone rule out a quorum, `Unavailable` otherwise (too few answers to know).
-    pub(crate) fn round_failure(&self, resources: &[String], votes: Votes) -> Error {
+    /// Why a quorum round on a held lock (`round`: extend, release) failed: `NotHeld(TokenGone)`
+    /// when refusals alone rule out a quorum, `Unavailable` otherwise (too few answers to know).
+    pub(crate) fn round_failure(&self, held: &Held, round: Round, votes: Votes) -> Error {
         if votes.refused() > self.nodes.len() - self.quorum {
             Error::NotHeld {
-                resources: Names(resources.to_vec()),
+                resources: held.names(),
                 reason: NotHeldReason::TokenGone,
                 votes,
             }
         } else {
-            self.unavailable(Names(resources.to_vec()), 1, votes)
+            self.unavailable_in(round, held.names(), 1, votes)
         }
     }
 
-    /// `Unavailable` with the node counts filled in.
+    /// An acquire's `Unavailable` with the node counts filled in.
     pub(crate) fn unavailable(&self, resources: Names, attempts: u32, votes: Votes) -> Error {
+        self.unavailable_in(Round::Acquire, resources, attempts, votes)
+    }
+
+    fn unavailable_in(&self, round: Round, resources: Names, attempts: u32, votes: Votes) -> Error {
         Error::Unavailable {
+            round,
             resources,
             attempts,
             nodes: self.nodes.len(),

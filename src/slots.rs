@@ -9,6 +9,24 @@
 //!
 //! Owns: the slot function and the naming rules. Must not: know about nodes or connections.
 
+/// Resource names starting with this are fredlock's own (fencing counters, semaphore slots):
+/// a caller's name may not start with it, so no lock key can collide with one of them.
+pub(crate) const RESERVED: &str = "~";
+
+/// How a resource name is shown in errors: a semaphore slot (`~sem:{pool}:3`, an internal
+/// name) as its semaphore and permit, `pool (permit 3)`; any other name as it is.
+pub(crate) fn shown(resource: &str) -> String {
+    let slot = resource
+        .strip_prefix(RESERVED)
+        .and_then(|r| r.strip_prefix("sem:{"))
+        .and_then(|r| r.rsplit_once("}:"))
+        .filter(|(_, part)| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()));
+    match slot {
+        Some((name, part)) => format!("{name} (permit {part})"),
+        None => resource.to_string(),
+    }
+}
+
 /// Number of hash slots of a Redis Cluster.
 pub(crate) const SLOTS: u16 = 16384;
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 
-use crate::error::{Error, Names, Result};
+use crate::error::{Error, Result};
 use crate::keepalive::{KeepAliveOptions, LockHandle};
 use crate::redlock::{Redlock, Resources};
 
@@ -106,7 +106,7 @@ impl Redlock {
             Err(reason) => {
                 // The error is due now (the deadline is here): the release runs in the
                 // background, as the guard drops.
-                let resources = Names(guard.resources().to_vec());
+                let resources = guard.handle().names();
                 drop(guard);
                 Err(Error::Lost { resources, reason })
             }

@@ -9,21 +9,37 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{behind_proxies, local_with, resource, unique};
-use fredlock::{Error, NodeError, NodeErrorKind, Redlock, Retry, Vote};
+use fredlock::{Error, NodeError, NodeErrorKind, Redlock, Retry, Round, Vote};
 use fredlock_testkit::{Fault, LocalNodes};
 use tokio::time::Instant;
 
 const SECRET: &str = "hunter2-secret";
 
-/// A one-node Redlock on `url`, and the single node's failure on an acquire.
+/// A one-node Redlock on `url`, and the single node's failure on an acquire; for a node that
+/// refuses the credentials, `build()`'s failure (no quorum accepts them).
 async fn failure_of(url: &str) -> (NodeError, String) {
-    let redlock = Redlock::builder()
+    let built = Redlock::builder()
         .nodes([url])
         .retry(Retry::once())
         .connect_wait(Duration::from_millis(500))
         .build()
-        .await
-        .expect("build (not strict)");
+        .await;
+    let redlock = match built {
+        Ok(redlock) => redlock,
+        Err(Error::Connect { failures, .. }) if failures[0].kind == NodeErrorKind::Auth => {
+            let shown = Error::Connect {
+                nodes: 1,
+                quorum: 1,
+                connected: 0,
+                waited: Duration::ZERO,
+                failures: failures.clone(),
+            }
+            .to_string();
+            assert!(!shown.contains(SECRET), "{shown}");
+            return (failures[0].clone(), shown);
+        }
+        Err(e) => panic!("build (not strict): {e}"),
+    };
     let err = redlock
         .acquire("orders:42", Duration::from_secs(1))
         .await
@@ -417,4 +433,131 @@ async fn acquire_with_bound_does_not_wait_for_the_clean_up() {
     assert!(took < node_timeout, "took {took:?}, bound {node_timeout:?}");
     // The clean-up still happens: node 0 loses our key.
     assert!(common::gone_within(&nodes, 0, &key, Duration::from_secs(2)).await);
+}
+
+/// Release and extend errors speak of releasing and extending: where it was done, where the
+/// token was gone, which nodes failed and why; and a semaphore permit's errors name the
+/// semaphore, never its internal key (`~sem:{...}`). Before, both read like an acquire's ("2
+/// of 3 answered, 2 needed, after 1 attempt(s) (0 granted, 0 refused, ...)") and a permit's
+/// named `~sem:{pool}:0`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_and_extend_errors_say_what_was_done_where() {
+    let (mut nodes, redlock) = local_with(3, |b| {
+        b.retry(Retry::once())
+            .node_timeout(Duration::from_millis(300))
+    })
+    .await;
+    let r = unique("round-words");
+    let mut lock = redlock
+        .acquire(r.as_str(), Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    let pool = unique("pool");
+    let sem = redlock.semaphore(pool.as_str(), 2).expect("semaphore");
+    let permit = sem.acquire(Duration::from_secs(30)).await.expect("permit");
+    nodes.kill(1).expect("kill");
+    nodes.kill(2).expect("kill");
+    let names = redlock.node_names();
+    let words = |err: &Error| {
+        let shown = err.to_string();
+        eprintln!("{shown}");
+        assert!(
+            shown.contains(&names[1]) && shown.contains(&names[2]),
+            "{shown}"
+        );
+        for acquire_words in ["granted", "answered", "attempt"] {
+            assert!(!shown.contains(acquire_words), "{shown}");
+        }
+        shown
+    };
+
+    let err = lock
+        .extend(Duration::from_secs(30))
+        .await
+        .expect_err("no quorum");
+    assert!(
+        matches!(
+            err,
+            Error::Unavailable {
+                round: Round::Extend,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let shown = words(&err);
+    assert!(
+        shown.contains("extension not confirmed: extended on"),
+        "{shown}"
+    );
+    assert!(shown.contains(&r), "{shown}");
+
+    let err = lock.release().await.expect_err("no quorum");
+    assert!(
+        matches!(
+            err,
+            Error::Unavailable {
+                round: Round::Release,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let shown = words(&err);
+    assert!(
+        shown.contains("release not confirmed: deleted on"),
+        "{shown}"
+    );
+
+    let err = permit.release().await.expect_err("no quorum");
+    let shown = words(&err);
+    assert!(shown.contains(&pool), "{shown}");
+    assert!(shown.contains("(permit "), "{shown}");
+    assert!(!shown.contains("~sem"), "{shown}");
+}
+
+/// A node refusing our credentials will not fix itself: `build()` fails (in any mode) when no
+/// quorum of nodes accepts them, naming each refusing node and the server's words. Before, it
+/// returned a `Redlock` whose every acquire failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_fails_when_no_quorum_accepts_the_credentials() {
+    let nodes = LocalNodes::start(3).await.expect("nodes");
+    for i in [0, 2] {
+        nodes
+            .command(i, &["CONFIG", "SET", "requirepass", SECRET])
+            .await
+            .expect("requirepass");
+    }
+    let err = Redlock::builder()
+        .nodes(nodes.urls())
+        .connect_wait(Duration::from_secs(1))
+        .build()
+        .await
+        .expect_err("only 1 of 3 nodes accepts the credentials");
+    let shown = err.to_string();
+    let Error::Connect { failures, .. } = &err else {
+        panic!("expected Connect, got {err:?}");
+    };
+    assert_eq!(failures.len(), 2, "{shown}");
+    assert!(
+        failures.iter().all(|f| f.kind == NodeErrorKind::Auth),
+        "{shown}"
+    );
+    assert!(shown.contains("NOAUTH"), "{shown}");
+    assert!(!shown.contains(SECRET), "{shown}");
+    // One refusing node of three: a quorum accepts, build succeeds (and warns).
+    let replies = fredlock_testkit::resp_pipeline(
+        nodes.addr(0),
+        &[&["AUTH", SECRET], &["CONFIG", "SET", "requirepass", ""]],
+        Duration::from_secs(5),
+    )
+    .await
+    .expect("AUTH, CONFIG SET");
+    assert!(!format!("{replies:?}").contains("ERR"), "{replies:?}");
+    let redlock = Redlock::builder()
+        .nodes(nodes.urls())
+        .build()
+        .await
+        .expect("2 of 3 accept");
+    redlock.close().await;
 }

@@ -222,3 +222,44 @@ async fn a_node_restarting_empty_can_repeat_a_token() {
         "the token did not repeat: the scenario is not what it claims"
     );
 }
+
+/// Where most users hold locks (`with_lock`'s handle, a `KeepAlive`) the fencing token is
+/// there too, the same as the lock's and rising across holders; `None` without fencing.
+/// Before, `LockHandle` and `KeepAlive` had no fencing token at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handles_and_guards_carry_the_fencing_token() {
+    let (_nodes, redlock) = fenced(3).await;
+    let r = unique("handles");
+    let mut last = Rising::default();
+    for holder in 0..3 {
+        let lock = redlock.acquire(r.as_str(), TTL).await.expect("acquire");
+        let token = lock.fencing_token();
+        let guard = lock.keep_alive();
+        assert_eq!(guard.fencing_token(), token);
+        assert_eq!(guard.handle().fencing_token(), token);
+        assert_eq!(guard.fencing_tokens().map(<[u64]>::len), Some(1));
+        last.next(guard.fencing_token(), holder);
+        guard.release().await.expect("release");
+    }
+    for holder in 3..6 {
+        let seen = redlock
+            .with_lock(
+                r.as_str(),
+                TTL,
+                |handle| async move { handle.fencing_token() },
+            )
+            .await
+            .expect("with_lock");
+        last.next(seen, holder);
+    }
+    let (_n2, plain) = local_with(3, |b| b).await;
+    let seen = plain
+        .with_lock(
+            r.as_str(),
+            TTL,
+            |handle| async move { handle.fencing_token() },
+        )
+        .await
+        .expect("with_lock");
+    assert_eq!(seen, None);
+}

@@ -322,3 +322,45 @@ async fn with_lock_releases_on_error_and_panic_and_drop() {
         Err(Error::InvalidInput(fredlock::InvalidInput::KeepAlive(_)))
     ));
 }
+
+/// The lost signal's margin, as the docs state it: its timer is set 2 ms before the deadline
+/// and fires on the timer's next millisecond tick, so it resolves never more than 2 ms before
+/// the deadline, and (on a runtime that is not busy) before it. The median is checked rather
+/// than every sample, so that a moment of load on a shared machine does not fail the test;
+/// without the margin (a timer at the deadline) the median is at or after the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lost_signal_fires_at_most_two_ms_before_the_deadline() {
+    let env = env(3).await;
+    let mut margins_ms = Vec::new();
+    for i in 0..12 {
+        let r = unique(&format!("margin-{i}"));
+        let lock = env
+            .redlock
+            .acquire(r.as_str(), Duration::from_millis(300))
+            .await
+            .expect("acquire");
+        // No extension: the deadline stays where it is, and the signal fires at it.
+        let guard = lock
+            .keep_alive_with(KeepAliveOptions::default().max_extensions(0))
+            .expect("options");
+        let deadline = guard.deadline();
+        let reason = guard.lost().await;
+        let now = Instant::now();
+        assert_ne!(reason, LostReason::Released);
+        let margin = if now <= deadline {
+            (deadline - now).as_secs_f64()
+        } else {
+            -(now - deadline).as_secs_f64()
+        };
+        margins_ms.push(margin * 1000.0);
+    }
+    margins_ms.sort_by(f64::total_cmp);
+    eprintln!("lost() before the deadline, ms: {margins_ms:?}");
+    let max = margins_ms[margins_ms.len() - 1];
+    let median = margins_ms[margins_ms.len() / 2];
+    assert!(
+        max <= 2.0,
+        "fired {max} ms before the deadline: {margins_ms:?}"
+    );
+    assert!(median > 0.0, "fired after the deadline: {margins_ms:?}");
+}

@@ -195,3 +195,35 @@ async fn a_keep_alive_ttl_is_validated_like_an_acquire_ttl() {
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
     rejected.lock.release().await.expect("release");
 }
+
+/// Refused options are an ordinary error: `?` converts them into `Box<dyn Error>` (and so
+/// into anyhow's error), with a message that names the lock and what was wrong, and the
+/// source is the library error. Before, `Rejected` had no `Display` and was no
+/// `std::error::Error`, so this did not compile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_options_are_a_std_error() {
+    let (_nodes, redlock) = local_with(3, |b| b).await;
+    let r = unique("rejected-error");
+    let lock = redlock
+        .acquire(r.as_str(), Duration::from_secs(5))
+        .await
+        .expect("acquire");
+    fn keep(
+        lock: fredlock::Lock,
+    ) -> Result<fredlock::KeepAlive, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(lock.keep_alive_with(KeepAliveOptions::default().ttl(Duration::from_millis(1)))?)
+    }
+    let err = keep(lock).expect_err("a TTL shorter than the drift");
+    let shown = err.to_string();
+    assert!(shown.contains(&r), "{shown}");
+    assert!(shown.contains("TTL"), "{shown}");
+    let source = std::error::Error::source(&*err)
+        .expect("a source")
+        .to_string();
+    assert!(source.contains("invalid input"), "{source}");
+    // The lock went with the error and was released in the background.
+    assert!(
+        common::freed_within(&redlock, &redlock.key(&r), Duration::from_secs(5)).await,
+        "the dropped lock was not released"
+    );
+}

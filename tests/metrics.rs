@@ -1,6 +1,6 @@
 //! The `metrics` feature: each documented counter, histogram and gauge moves when its event
 //! happens against real nodes (a grant, contention, an outage, extensions, a lost kept-alive
-//! lock, a waiter, a node failure), read back through a debugging recorder.
+//! lock, a waiter, a node failure, a usable node), read back through a debugging recorder.
 //!
 //! One test: the recorder is process-wide.
 #![cfg(feature = "metrics")]
@@ -164,6 +164,38 @@ async fn each_metric_moves_with_its_event() {
         m("fredlock_node_failures_total", Some(("node", &names[0]))),
         0.0
     );
+    // Usable nodes: every node counted while it was up; the two killed ones stop counting.
+    assert_eq!(m("fredlock_node_usable", Some(("node", &names[0]))), 1.0);
+    for dead in [&names[1], &names[2]] {
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                m("fredlock_node_usable", Some(("node", dead))) == 0.0
+            })
+            .await,
+            "{dead}: still counted as usable"
+        );
+    }
+    // A node that refuses our credentials never counts.
+    let fleet = fredlock_testkit::LocalNodes::start(3).await.expect("nodes");
+    fleet
+        .command(2, &["CONFIG", "SET", "requirepass", "metrics-secret"])
+        .await
+        .expect("requirepass");
+    let other = common::build(fleet.urls(), |b| b).await;
+    let on = other.node_names();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            m("fredlock_node_usable", Some(("node", &on[0]))) == 1.0
+                && m("fredlock_node_usable", Some(("node", &on[1]))) == 1.0
+                && m("fredlock_node_usable", Some(("node", &on[2]))) == 0.0
+        })
+        .await,
+        "usable: {} {} {}",
+        m("fredlock_node_usable", Some(("node", &on[0]))),
+        m("fredlock_node_usable", Some(("node", &on[1]))),
+        m("fredlock_node_usable", Some(("node", &on[2])))
+    );
+    other.close().await;
     // Invalid input is its own outcome.
     redlock
         .acquire(r2.as_str(), Duration::ZERO)

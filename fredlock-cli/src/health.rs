@@ -28,6 +28,61 @@ use crate::exit;
 /// Clock spread above which a warning is given.
 const CLOCK_SPREAD_WARN: Duration = Duration::from_secs(1);
 
+/// A warning's stable id (the `id` in `--json`, what `--allow` takes) and its text.
+struct Warning {
+    id: &'static str,
+    message: String,
+}
+
+impl Warning {
+    fn new(id: &'static str, message: impl Into<String>) -> Warning {
+        Warning {
+            id,
+            message: message.into(),
+        }
+    }
+}
+
+/// Every warning id, and whether `--allow` may accept it. A server listed twice is never
+/// acceptable: it votes twice, and the quorum is fake.
+const WARNINGS: &[(&str, bool)] = &[
+    ("duplicate", false),
+    ("replica", true),
+    ("replicas-connected", true),
+    ("eviction", true),
+    ("maxmemory-policy-unknown", true),
+    ("no-persistence", true),
+    ("persistence-unknown", true),
+    ("info-failed", true),
+    ("cluster-unchecked", true),
+    ("clock-spread", true),
+];
+
+/// `--allow`'s parser: a known warning id that may be accepted.
+pub fn allowable(id: &str) -> Result<String, String> {
+    match WARNINGS.iter().find(|(known, _)| *known == id) {
+        Some((_, true)) => Ok(id.to_string()),
+        Some((_, false)) => Err(format!(
+            "the warning {id:?} cannot be allowed: a server listed twice votes twice; list each server once"
+        )),
+        None => {
+            let known: Vec<&str> = WARNINGS
+                .iter()
+                .filter(|(_, ok)| *ok)
+                .map(|(id, _)| *id)
+                .collect();
+            Err(format!(
+                "unknown warning id {id:?}; one of: {}",
+                known.join(", ")
+            ))
+        }
+    }
+}
+
+fn warning_json(w: &Warning) -> Json {
+    json!({"id": w.id, "message": w.message})
+}
+
 /// What one configured node showed.
 #[derive(Default)]
 struct NodeReport {
@@ -46,7 +101,9 @@ struct NodeReport {
     maxmemory_policy: Option<String>,
     /// This node's clock minus ours, in ms, at the middle of the TIME round trip.
     clock_offset_ms: Option<f64>,
-    warnings: Vec<String>,
+    warnings: Vec<Warning>,
+    /// Warnings accepted with `--allow`.
+    notes: Vec<Warning>,
 }
 
 impl NodeReport {
@@ -94,10 +151,18 @@ async fn build(
     }
 }
 
-/// `fredlock health`. Exit 0 healthy, 1 degraded, 2 no quorum.
-pub async fn health(urls: &[String], prefix: &str, timeout: Duration, json_out: bool) -> i32 {
+/// `fredlock health`. Exit 0 healthy, 1 degraded, 2 no quorum. Warnings whose id is in
+/// `allow` are notes: shown, but not failing.
+pub async fn health(
+    urls: &[String],
+    prefix: &str,
+    timeout: Duration,
+    json_out: bool,
+    allow: &[String],
+) -> i32 {
     let (redlock, kept, duplicates) = match build(urls, prefix, timeout).await {
         Ok(b) => b,
+        Err(Error::Connect { failures, .. }) => return refused(urls.len(), &failures, json_out),
         Err(e) => return crate::fail(&e),
     };
     let configured = urls.len();
@@ -112,7 +177,7 @@ pub async fn health(urls: &[String], prefix: &str, timeout: Duration, json_out: 
         if let Some(r) = reports.get_mut(*index) {
             r.node = redacted(&urls[*index]);
             r.duplicate_of = Some(*first);
-            r.warnings.push(why.clone());
+            r.warnings.push(Warning::new("duplicate", why.clone()));
         }
     }
     // Which nodes answer, with the library's own account of those that do not.
@@ -129,9 +194,10 @@ pub async fn health(urls: &[String], prefix: &str, timeout: Duration, json_out: 
         }
         match redlock.client(pos) {
             Some(client) => check_node(client, timeout, report).await,
-            None => report
-                .warnings
-                .push("a Redis Cluster node: its shards are not checked here".into()),
+            None => report.warnings.push(Warning::new(
+                "cluster-unchecked",
+                "a Redis Cluster node: its shards are not checked here",
+            )),
         }
     }
     redlock.close().await;
@@ -140,57 +206,129 @@ pub async fn health(urls: &[String], prefix: &str, timeout: Duration, json_out: 
     let mut fleet_warnings = Vec::new();
     if let Some(spread) = spread {
         if spread > CLOCK_SPREAD_WARN {
-            fleet_warnings.push(format!(
+            fleet_warnings.push(Warning::new("clock-spread", format!(
                 "the nodes' clocks are {} ms apart: locks expire by each node's own clock; check NTP on every node (a clock that jumps breaks the lock)",
                 spread.as_millis()
-            ));
+            )));
         }
     }
-    let reachable = reports.iter().filter(|r| r.reachable()).count();
-    let down = reports
-        .iter()
-        .filter(|r| r.error.is_some() && r.duplicate_of.is_none())
-        .count();
-    let warnings = fleet_warnings.len() + reports.iter().map(|r| r.warnings.len()).sum::<usize>();
-    let (status, code) = if reachable < quorum {
-        ("no-quorum", exit::NO_QUORUM)
-    } else if down > 0 || warnings > 0 {
-        ("degraded", exit::DEGRADED)
-    } else {
-        ("healthy", exit::OK)
-    };
+    let fleet = Fleet::new(fleet_warnings, &mut reports, allow, quorum, spread);
     if json_out {
+        fleet.print_json(&reports);
+    } else {
+        fleet.print_text(&reports);
+    }
+    fleet.code
+}
+
+/// The verdict over every node, with the fleet's own warnings and notes.
+struct Fleet {
+    status: &'static str,
+    code: i32,
+    quorum: usize,
+    reachable: usize,
+    spread: Option<Duration>,
+    warnings: Vec<Warning>,
+    notes: Vec<Warning>,
+    /// Warnings and notes of the fleet and every node.
+    warning_count: usize,
+    note_count: usize,
+}
+
+impl Fleet {
+    /// Turns the warnings whose id is in `allow` into notes (the fleet's and each node's),
+    /// then decides: no quorum, degraded (a node down or a warning left), or healthy.
+    fn new(
+        warnings: Vec<Warning>,
+        reports: &mut [NodeReport],
+        allow: &[String],
+        quorum: usize,
+        spread: Option<Duration>,
+    ) -> Fleet {
+        let allowed = |w: &Warning| allow.iter().any(|a| a == w.id);
+        let (notes, warnings): (Vec<Warning>, Vec<Warning>) =
+            warnings.into_iter().partition(allowed);
+        for r in reports.iter_mut() {
+            let (notes, warnings) = std::mem::take(&mut r.warnings)
+                .into_iter()
+                .partition(allowed);
+            r.notes = notes;
+            r.warnings = warnings;
+        }
+        let note_count = notes.len() + reports.iter().map(|r| r.notes.len()).sum::<usize>();
+        let warning_count =
+            warnings.len() + reports.iter().map(|r| r.warnings.len()).sum::<usize>();
+        let reachable = reports.iter().filter(|r| r.reachable()).count();
+        let down = reports
+            .iter()
+            .filter(|r| r.error.is_some() && r.duplicate_of.is_none())
+            .count();
+        let (status, code) = if reachable < quorum {
+            ("no-quorum", exit::NO_QUORUM)
+        } else if down > 0 || warning_count > 0 {
+            ("degraded", exit::DEGRADED)
+        } else {
+            ("healthy", exit::OK)
+        };
+        Fleet {
+            status,
+            code,
+            quorum,
+            reachable,
+            spread,
+            warnings,
+            notes,
+            warning_count,
+            note_count,
+        }
+    }
+
+    fn print_json(&self, reports: &[NodeReport]) {
         let nodes: Vec<Json> = reports.iter().map(node_json).collect();
         println!(
             "{}",
             json!({
-                "status": status,
-                "configured": configured,
-                "quorum": quorum,
-                "reachable": reachable,
-                "clock_spread_ms": spread.map(|s| s.as_secs_f64() * 1000.0),
-                "warnings": fleet_warnings,
+                "status": self.status,
+                "configured": reports.len(),
+                "quorum": self.quorum,
+                "reachable": self.reachable,
+                "clock_spread_ms": self.spread.map(|s| s.as_secs_f64() * 1000.0),
+                "warnings": self.warnings.iter().map(warning_json).collect::<Vec<_>>(),
+                "notes": self.notes.iter().map(warning_json).collect::<Vec<_>>(),
                 "nodes": nodes,
             })
         );
-    } else {
-        for r in &reports {
+    }
+
+    fn print_text(&self, reports: &[NodeReport]) {
+        for r in reports {
             print_node(r);
         }
-        if let Some(spread) = spread {
+        if let Some(spread) = self.spread {
             println!(
                 "clock spread: {:.1} ms across reachable nodes",
                 spread.as_secs_f64() * 1000.0
             );
         }
-        for w in &fleet_warnings {
-            println!("  WARNING: {w}");
+        for w in &self.warnings {
+            println!("  WARNING: {} [{}]", w.message, w.id);
         }
+        for w in &self.notes {
+            println!("  note (allowed): {} [{}]", w.message, w.id);
+        }
+        let allowed = match self.note_count {
+            0 => String::new(),
+            n => format!(", {n} allowed"),
+        };
         println!(
-            "{status}: {reachable} of {configured} configured nodes reachable as distinct servers, {quorum} needed for a quorum; {warnings} warning(s)"
+            "{}: {} of {} configured nodes reachable as distinct servers, {} needed for a quorum; {} warning(s){allowed}",
+            self.status,
+            self.reachable,
+            reports.len(),
+            self.quorum,
+            self.warning_count
         );
     }
-    code
 }
 
 fn node_json(r: &NodeReport) -> Json {
@@ -210,7 +348,8 @@ fn node_json(r: &NodeReport) -> Json {
         "save": r.save,
         "maxmemory_policy": r.maxmemory_policy,
         "clock_offset_ms": r.clock_offset_ms,
-        "warnings": r.warnings,
+        "warnings": r.warnings.iter().map(warning_json).collect::<Vec<_>>(),
+        "notes": r.notes.iter().map(warning_json).collect::<Vec<_>>(),
     })
 }
 
@@ -240,8 +379,36 @@ fn print_node(r: &NodeReport) {
     };
     println!("node {} {}: {head}", r.url_index, r.node);
     for w in &r.warnings {
-        println!("  WARNING: {w}");
+        println!("  WARNING: {} [{}]", w.message, w.id);
     }
+    for w in &r.notes {
+        println!("  note (allowed): {} [{}]", w.message, w.id);
+    }
+}
+
+/// `build()` failed because too few nodes accept our credentials (or connect at all): each
+/// refusing node is shown as down, in the server's words. Exit 2.
+fn refused(configured: usize, failures: &[fredlock::NodeError], json_out: bool) -> i32 {
+    let quorum = configured / 2 + 1;
+    let reachable = configured.saturating_sub(failures.len());
+    if json_out {
+        let nodes: Vec<Json> = failures
+            .iter()
+            .map(|e| json!({"node": e.node, "reachable": false, "error": format!("{}: {}", e.kind, e.message)}))
+            .collect();
+        println!(
+            "{}",
+            json!({"status": "no-quorum", "configured": configured, "quorum": quorum, "reachable": reachable, "nodes": nodes})
+        );
+    } else {
+        for e in failures {
+            println!("node {}: DOWN: {}: {}", e.node, e.kind, e.message);
+        }
+        println!(
+            "no-quorum: {reachable} of {configured} configured nodes usable, {quorum} needed for a quorum"
+        );
+    }
+    exit::NO_QUORUM
 }
 
 /// One command on `client`, bounded by `timeout`, one attempt.
@@ -305,8 +472,10 @@ async fn check_node(
     let info: HashMap<String, String> = match command(client, timeout, &["INFO"]).await {
         Ok(v) => text(&v).map(|t| parse_info(&t)).unwrap_or_default(),
         Err(e) => {
-            r.warnings
-                .push(format!("INFO failed ({e}): cannot check this node"));
+            r.warnings.push(Warning::new(
+                "info-failed",
+                format!("INFO failed ({e}): cannot check this node"),
+            ));
             HashMap::new()
         }
     };
@@ -360,24 +529,25 @@ async fn check_node(
 /// The warnings a node's settings call for.
 fn warn(r: &mut NodeReport, config_failed: Option<String>) {
     if r.role.as_deref() == Some("slave") || r.role.as_deref() == Some("replica") {
-        r.warnings.push(
-            "this node is a replica: lock writes fail (READONLY); list independent primaries"
-                .into(),
-        );
+        r.warnings.push(Warning::new(
+            "replica",
+            "this node is a replica: lock writes fail (READONLY); list independent primaries",
+        ));
     }
     if let Some(n) = r.replicas.filter(|&n| n > 0) {
-        r.warnings.push(format!(
+        r.warnings.push(Warning::new("replicas-connected", format!(
             "{n} replica(s) connected: a failover to a replica can lose lock keys (replication is asynchronous); Redlock wants independent primaries without failover"
-        ));
+        )));
     }
     match r.maxmemory_policy.as_deref() {
         Some("noeviction") => {}
-        Some(policy) => r.warnings.push(format!(
+        Some(policy) => r.warnings.push(Warning::new("eviction", format!(
             "maxmemory-policy is {policy}: under memory pressure Redis may evict lock keys and grant a held lock again; set maxmemory-policy noeviction"
+        ))),
+        None => r.warnings.push(Warning::new(
+            "maxmemory-policy-unknown",
+            "maxmemory-policy unknown (INFO and CONFIG GET did not say)",
         )),
-        None => r
-            .warnings
-            .push("maxmemory-policy unknown (INFO and CONFIG GET did not say)".into()),
     }
     let aof_syncs = r.aof == Some(true)
         && matches!(
@@ -386,13 +556,13 @@ fn warn(r: &mut NodeReport, config_failed: Option<String>) {
         );
     let rdb = r.save.as_deref().is_some_and(|s| !s.trim().is_empty());
     match (r.aof, &r.save, config_failed) {
-        (None, None, Some(e)) => r.warnings.push(format!(
+        (None, None, Some(e)) => r.warnings.push(Warning::new("persistence-unknown", format!(
             "persistence unknown ({e}): if this node restarts empty it can grant a lock someone still holds"
+        ))),
+        _ if !aof_syncs && !rdb => r.warnings.push(Warning::new(
+            "no-persistence",
+            "no persistence (no AOF with fsync always/everysec, no RDB): a restart loses every lock; keep a restarted node out for longer than the longest TTL (the Redlock restart rule), or set appendonly yes and appendfsync always",
         )),
-        _ if !aof_syncs && !rdb => r.warnings.push(
-            "no persistence (no AOF with fsync always/everysec, no RDB): a restart loses every lock; keep a restarted node out for longer than the longest TTL (the Redlock restart rule), or set appendonly yes and appendfsync always"
-                .into(),
-        ),
         _ => {}
     }
 }
@@ -411,9 +581,9 @@ fn find_same_run_ids(reports: &mut [NodeReport]) {
         match seen.get(&run_id) {
             Some(&first) => {
                 report.duplicate_of = Some(first);
-                report.warnings.push(format!(
+                report.warnings.push(Warning::new("duplicate", format!(
                     "the same server as node {first} (run_id {run_id}): it must not be listed twice (it would vote twice)"
-                ));
+                )));
             }
             None => {
                 seen.insert(run_id, i);
@@ -475,7 +645,7 @@ mod tests {
     fn a_durable_primary_with_noeviction_has_no_warning() {
         let mut r = healthy();
         warn(&mut r, None);
-        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        assert!(r.warnings.is_empty());
     }
 
     #[test]
@@ -487,7 +657,12 @@ mod tests {
             ..healthy()
         };
         warn(&mut r, None);
-        let all = r.warnings.join("\n");
+        let all: Vec<String> = r
+            .warnings
+            .iter()
+            .map(|w| format!("{} {}", w.id, w.message))
+            .collect();
+        let all = all.join("\n");
         for says in ["allkeys-lru", "no persistence", "replica(s) connected"] {
             assert!(all.contains(says), "{says}: {all}");
         }
@@ -499,13 +674,18 @@ mod tests {
             ..healthy()
         };
         warn(&mut r, None);
-        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        assert!(r.warnings.is_empty());
         let mut r = NodeReport {
             appendfsync: Some("no".into()),
             ..healthy()
         };
         warn(&mut r, None);
-        assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+        assert_eq!(r.warnings.len(), 1);
+        assert_eq!(r.warnings[0].id, "no-persistence");
+        // Every id a warning can carry is known to --allow.
+        assert!(allowable("no-persistence").is_ok());
+        assert!(allowable("duplicate").is_err());
+        assert!(allowable("nonsense").is_err());
     }
 
     #[test]

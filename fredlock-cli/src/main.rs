@@ -8,6 +8,7 @@
 mod child;
 mod duration;
 mod health;
+mod nodes;
 mod run;
 mod show;
 
@@ -21,7 +22,7 @@ use fredlock::{Error, Redlock};
 pub mod exit {
     /// Success.
     pub const OK: i32 = 0;
-    /// `health`: degraded; `break`: a node did not answer (it may still hold the key).
+    /// `health`: degraded; `inspect`, `break`: a node did not answer (it may hold the key).
     pub const DEGRADED: i32 = 1;
     /// `health`: fewer than a quorum of distinct servers reachable.
     pub const NO_QUORUM: i32 = 2;
@@ -47,10 +48,12 @@ const EXIT_CODES: &str = "\
 EXIT CODES:
   run, leader  CMD's own exit code; 128+N when CMD was killed by signal N
   0            success (inspect, break: every node answered)
-  1            health: degraded (a node down, or a warning); break: a node did not answer
+  1            health: degraded (a node down, or a warning not --allow'ed);
+               inspect, break: a node did not answer (the verdict stands on the others)
   2            health: no quorum of distinct servers reachable
   64           bad usage or input (no nodes, bad URL, label or duration; break without --yes)
-  69           nodes unavailable: too few answered to form a quorum
+  69           nodes unavailable: too few answered to form a quorum (inspect, break); run,
+               leader: no quorum answered for --no-quorum-timeout (10s)
   70           internal error
   75           run: the lock is held by someone else (--no-wait, or --wait ran out);
                --conflict-exit-code changes it
@@ -58,7 +61,7 @@ EXIT CODES:
   126, 127     CMD is not executable, or was not found
 
 ENVIRONMENT:
-  FREDLOCK_NODES   node URLs, comma-separated (as --nodes)
+  FREDLOCK_NODES   node URLs, separated by commas or spaces (as --nodes)
   FREDLOCK_PREFIX  key prefix (as --prefix)
   FREDLOCK_LABEL   owner label (as --label)";
 
@@ -74,7 +77,8 @@ struct Cli {
 
 #[derive(Args, Debug)]
 struct Common {
-    /// The nodes: independent servers (not replicas of one another), as URLs.
+    /// The nodes: independent servers (not replicas of one another), as URLs separated by
+    /// commas or spaces.
     #[arg(
         long,
         env = "FREDLOCK_NODES",
@@ -128,6 +132,10 @@ struct LockArgs {
     /// After SIGTERM, how long CMD has to exit before SIGKILL.
     #[arg(long, default_value = "5s", value_parser = duration::parse)]
     kill_after: Duration,
+    /// Exit 69 when no quorum of nodes has answered for this long while waiting (nodes down,
+    /// refusing connections or credentials); the causes are printed at once.
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    no_quorum_timeout: Duration,
 }
 
 #[derive(Args, Debug)]
@@ -174,7 +182,8 @@ struct InspectArgs {
 struct BreakArgs {
     /// The lock's name.
     name: String,
-    /// Really break it (a live holder keeps working until its next extension fails).
+    /// Really break it (a live holder keeps working until it notices: a `fredlock run` holder
+    /// within about a second, a library holder at its next extension).
     #[arg(long)]
     yes: bool,
     /// Print JSON.
@@ -190,6 +199,10 @@ struct HealthArgs {
     /// Per-node bound on each check.
     #[arg(long, default_value = "2s", value_parser = duration::parse)]
     timeout: Duration,
+    /// Accept the warning ID (as `id` in --json; e.g. no-persistence for nodes run in memory
+    /// on purpose): it is shown as a note and does not make the check fail. Repeatable.
+    #[arg(long = "allow", value_name = "ID", value_parser = health::allowable)]
+    allow: Vec<String>,
 }
 
 fn main() {
@@ -230,8 +243,9 @@ async fn dispatch(cli: Cli) -> i32 {
             } else {
                 args.wait.unwrap_or(Duration::MAX)
             };
-            let Some(redlock) = connect(&common, args.lock.label.as_deref()).await else {
-                return exit::USAGE;
+            let redlock = match connect(&common, args.lock.label.as_deref()).await {
+                Ok(redlock) => redlock,
+                Err(code) => return code,
             };
             let code = run::run(
                 &redlock,
@@ -240,6 +254,7 @@ async fn dispatch(cli: Cli) -> i32 {
                     ttl: args.lock.ttl,
                     wait,
                     kill_after: args.lock.kill_after,
+                    no_quorum: args.lock.no_quorum_timeout,
                     conflict: args.conflict_exit_code,
                     cmd: args.cmd,
                 },
@@ -249,14 +264,18 @@ async fn dispatch(cli: Cli) -> i32 {
             code
         }
         Command::Leader(args) => {
-            let Some(redlock) = connect(&common, args.lock.label.as_deref()).await else {
-                return exit::USAGE;
+            let redlock = match connect(&common, args.lock.label.as_deref()).await {
+                Ok(redlock) => redlock,
+                Err(code) => return code,
             };
             let code = run::leader(
                 &redlock,
                 &args.name,
-                args.lock.ttl,
-                args.lock.kill_after,
+                (
+                    args.lock.ttl,
+                    args.lock.kill_after,
+                    args.lock.no_quorum_timeout,
+                ),
                 &args.cmd,
             )
             .await;
@@ -264,8 +283,9 @@ async fn dispatch(cli: Cli) -> i32 {
             code
         }
         Command::Inspect(args) => {
-            let Some(redlock) = connect(&common, None).await else {
-                return exit::USAGE;
+            let redlock = match connect(&common, None).await {
+                Ok(redlock) => redlock,
+                Err(code) => return code,
             };
             let code = show::inspect(&redlock, &args.name, args.json).await;
             redlock.close().await;
@@ -281,8 +301,9 @@ async fn dispatch(cli: Cli) -> i32 {
                 );
                 return exit::USAGE;
             }
-            let Some(redlock) = connect(&common, None).await else {
-                return exit::USAGE;
+            let redlock = match connect(&common, None).await {
+                Ok(redlock) => redlock,
+                Err(code) => return code,
             };
             let code = show::force_break(&redlock, &args.name, args.json).await;
             redlock.close().await;
@@ -292,18 +313,20 @@ async fn dispatch(cli: Cli) -> i32 {
             let Some(urls) = node_urls(&common) else {
                 return exit::USAGE;
             };
-            health::health(&urls, &common.prefix, args.timeout, args.json).await
+            health::health(&urls, &common.prefix, args.timeout, args.json, &args.allow).await
         }
     }
 }
 
-/// The node URLs, or `None` after saying how to give them.
+/// The node URLs, or `None` after saying how to give them. Commas, whitespace or both
+/// separate them (a URL holds neither).
 fn node_urls(common: &Common) -> Option<Vec<String>> {
     let urls: Vec<String> = common
         .nodes
         .iter()
-        .map(|u| u.trim().to_string())
+        .flat_map(|u| u.split(|c: char| c == ',' || c.is_whitespace()))
         .filter(|u| !u.is_empty())
+        .map(str::to_string)
         .collect();
     if urls.is_empty() {
         eprintln!("fredlock: no nodes: give --nodes redis://HOST:PORT,redis://HOST:PORT,... or set FREDLOCK_NODES");
@@ -312,22 +335,17 @@ fn node_urls(common: &Common) -> Option<Vec<String>> {
     Some(urls)
 }
 
-/// A Redlock over the nodes, or `None` after printing why not (bad URL, label, duplicate).
-async fn connect(common: &Common, label: Option<&str>) -> Option<Redlock> {
-    let urls = node_urls(common)?;
+/// A Redlock over the nodes, or the exit code after printing why not (bad URL, label,
+/// duplicate: 64; too few nodes accept our credentials: 69).
+async fn connect(common: &Common, label: Option<&str>) -> Result<Redlock, i32> {
+    let urls = node_urls(common).ok_or(exit::USAGE)?;
     let mut builder = Redlock::builder()
         .nodes(urls)
         .key_prefix(common.prefix.clone());
     if let Some(label) = label {
         builder = builder.owner_label(label);
     }
-    match builder.build().await {
-        Ok(redlock) => Some(redlock),
-        Err(e) => {
-            eprintln!("fredlock: {e}");
-            None
-        }
-    }
+    builder.build().await.map_err(|e| fail(&e))
 }
 
 /// The exit code for a library error, after printing it.

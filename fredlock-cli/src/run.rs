@@ -8,7 +8,7 @@ use fredlock::{AcquireOptions, Error, Redlock, Verdict};
 
 use crate::child::{self, Signals};
 use crate::duration::show;
-use crate::exit;
+use crate::{exit, nodes};
 
 /// What `run` was asked.
 pub struct RunOptions {
@@ -17,6 +17,8 @@ pub struct RunOptions {
     /// How long to wait for the lock (`ZERO`: one attempt, `MAX`: no limit).
     pub wait: Duration,
     pub kill_after: Duration,
+    /// Exit 69 when no quorum answered for this long while waiting.
+    pub no_quorum: Duration,
     pub conflict: i32,
     pub cmd: Vec<OsString>,
 }
@@ -32,6 +34,7 @@ pub async fn run(redlock: &Redlock, o: RunOptions) -> i32 {
     };
     let options = AcquireOptions::new().wait(o.wait);
     let terminal = std::io::stderr().is_terminal();
+    nodes::warn_at_start(redlock, &o.name).await;
     let acquired = {
         let acquire = redlock.acquire_using(o.name.as_str(), o.ttl, &options);
         tokio::select! {
@@ -40,6 +43,12 @@ pub async fn run(redlock: &Redlock, o: RunOptions) -> i32 {
             sig = signals.recv() => {
                 clear_line(terminal);
                 return 128 + sig;
+            }
+            // Waiting is for the lock, not for nodes that are down.
+            why = nodes::no_quorum_for(redlock, &o.name, o.no_quorum), if !o.wait.is_zero() => {
+                clear_line(terminal);
+                eprintln!("fredlock: {:?}: {why}", o.name);
+                return exit::UNAVAILABLE;
             }
             () = waiting_display(redlock, &o.name), if terminal && !o.wait.is_zero() => {
                 return exit::SOFTWARE;
@@ -71,6 +80,11 @@ pub async fn run(redlock: &Redlock, o: RunOptions) -> i32 {
             return code;
         }
     };
+    // A `break` (or a takeover after expiry) is noticed within about a second by this check,
+    // not only at the next extension.
+    let token = guard.token().to_string();
+    let gone = nodes::token_gone(redlock, &o.name, &token);
+    tokio::pin!(gone);
     loop {
         tokio::select! {
             status = cmd.wait() => {
@@ -78,6 +92,17 @@ pub async fn run(redlock: &Redlock, o: RunOptions) -> i32 {
                     eprintln!("fredlock: CMD finished, but {e}");
                 }
                 return child::code(status);
+            }
+            without = &mut gone => {
+                eprintln!(
+                    "fredlock: lock {:?} lost ({without} of {} nodes no longer hold our token: broken, or expired and taken over); stopping CMD (SIGTERM, SIGKILL after {})",
+                    o.name,
+                    redlock.node_names().len(),
+                    show(o.kill_after)
+                );
+                let status = cmd.stop(o.kill_after).await;
+                eprintln!("fredlock: CMD stopped (exit code {})", child::code(status));
+                return exit::LOST;
             }
             reason = guard.lost() => {
                 eprintln!(
@@ -99,13 +124,14 @@ pub async fn run(redlock: &Redlock, o: RunOptions) -> i32 {
 }
 
 /// Campaigns for `name`; runs CMD while leading. Returns the exit code.
+/// `times`: the TTL, `--kill-after` and `--no-quorum-timeout`.
 pub async fn leader(
     redlock: &Redlock,
     name: &str,
-    ttl: Duration,
-    kill_after: Duration,
+    times: (Duration, Duration, Duration),
     cmd: &[OsString],
 ) -> i32 {
+    let (ttl, kill_after, no_quorum) = times;
     let mut signals = match Signals::install() {
         Ok(s) => s,
         Err(e) => {
@@ -117,12 +143,18 @@ pub async fn leader(
         Ok(e) => e,
         Err(e) => return crate::fail(&e),
     };
+    nodes::warn_at_start(redlock, name).await;
     loop {
         let term = tokio::select! {
             term = election.leader() => term,
             sig = signals.recv() => {
                 election.resign().await;
                 return 128 + sig;
+            }
+            why = nodes::no_quorum_for(redlock, name, no_quorum) => {
+                election.resign().await;
+                eprintln!("fredlock: {name:?}: {why}");
+                return exit::UNAVAILABLE;
             }
         };
         let mut running = match child::spawn(cmd) {
@@ -197,6 +229,10 @@ async fn describe_holder(redlock: &Redlock, name: &str) -> String {
                 )
             }
             Verdict::Free => "by nobody right now".to_string(),
+            _ if nodes::failures(&seen).len() > seen.nodes.len() - seen.quorum => format!(
+                "by someone unknown: too few nodes answered ({})",
+                nodes::causes(&nodes::failures(&seen))
+            ),
             _ => "by no one on a quorum (being handed over, or split)".to_string(),
         },
         Err(e) => format!("by someone (inspect failed: {e})"),

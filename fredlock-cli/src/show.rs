@@ -27,17 +27,88 @@ fn holder_json(h: &Holder) -> Value {
     })
 }
 
-/// The verdict as a word and the holder on a quorum.
+/// The verdict as a word and the holder on a quorum. A node that did not answer is neither a
+/// holder nor a split: `free` and `split` are said only when the nodes that did not answer
+/// could not complete a quorum for anyone; otherwise the word is `unknown`.
 fn verdict(seen: &Inspection) -> (&'static str, Option<Holder>) {
-    match seen.verdict() {
-        Verdict::Free => ("free", None),
-        Verdict::Held(h) => ("held", Some(h)),
-        _ => ("split", None),
+    if let Verdict::Held(h) = seen.verdict() {
+        return ("held", Some(h));
+    }
+    let unanswered = seen.nodes.len() - answered(seen);
+    let holders: Vec<&Holder> = seen
+        .nodes
+        .iter()
+        .filter_map(|n| n.state.as_ref().ok().and_then(Option::as_ref))
+        .collect();
+    let most = holders
+        .iter()
+        .map(|h| {
+            holders
+                .iter()
+                .filter(|o| o.fingerprint == h.fingerprint)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    if most + unanswered >= seen.quorum {
+        ("unknown", None)
+    } else if holders.is_empty() {
+        ("free", None)
+    } else {
+        ("split", None)
     }
 }
 
 fn answered(seen: &Inspection) -> usize {
     seen.nodes.iter().filter(|n| n.state.is_ok()).count()
+}
+
+/// The nodes that did not answer, by name.
+fn unanswered(seen: &Inspection) -> Vec<&str> {
+    seen.nodes
+        .iter()
+        .filter(|n| n.state.is_err())
+        .map(|n| n.node.as_str())
+        .collect()
+}
+
+/// `; 127.0.0.1:7003/0 did not answer` (empty when every node answered).
+fn not_answered_text(seen: &Inspection) -> String {
+    match unanswered(seen).as_slice() {
+        [] => String::new(),
+        [one] => format!("; {one} did not answer"),
+        many => format!("; {} did not answer", many.join(", ")),
+    }
+}
+
+/// 0 when every node answered, 1 when some did not, 69 when too few answered for a quorum
+/// (after saying so on stderr).
+fn answered_code(seen: &Inspection, name: &str, what: &str) -> i32 {
+    let ok = answered(seen);
+    let failed: Vec<String> = seen
+        .nodes
+        .iter()
+        .filter_map(|n| n.state.as_ref().err().map(ToString::to_string))
+        .collect();
+    if ok < seen.quorum {
+        eprintln!(
+            "fredlock: only {ok} of {} nodes answered ({} needed), so {what} {name:?} is not known: {}",
+            seen.nodes.len(),
+            seen.quorum,
+            failed.join("; ")
+        );
+        return exit::UNAVAILABLE;
+    }
+    if !failed.is_empty() {
+        eprintln!(
+            "fredlock: {} of {} nodes did not answer: {}",
+            failed.len(),
+            seen.nodes.len(),
+            failed.join("; ")
+        );
+        return exit::DEGRADED;
+    }
+    exit::OK
 }
 
 fn as_json(redlock: &Redlock, seen: &Inspection) -> Value {
@@ -65,6 +136,8 @@ fn as_json(redlock: &Redlock, seen: &Inspection) -> Value {
         "resource": seen.resource,
         "key": redlock.key(&seen.resource),
         "quorum": seen.quorum,
+        "answered": answered(seen),
+        "unanswered": unanswered(seen),
         "verdict": word,
         "holder": holder.as_ref().map(holder_json),
         "nodes": nodes,
@@ -98,6 +171,12 @@ pub async fn inspect(redlock: &Redlock, name: &str, json: bool) -> i32 {
         println!("{}", as_json(redlock, &seen));
     } else {
         let (word, holder) = verdict(&seen);
+        let (ok, n) = (answered(&seen), seen.nodes.len());
+        let on = if ok < n {
+            format!(" on {ok} of {n} nodes")
+        } else {
+            String::new()
+        };
         let head = match (word, &holder) {
             ("held", Some(h)) => format!(
                 "held on a quorum by {} (fingerprint {}), {}",
@@ -106,26 +185,20 @@ pub async fn inspect(redlock: &Redlock, name: &str, json: bool) -> i32 {
                 seen.remaining(&h.fingerprint)
                     .map_or("no expiry".to_string(), |t| format!("{} left", show(t)))
             ),
-            ("free", _) => "free".to_string(),
+            ("free", _) => format!("free{on}"),
+            ("split", _) => format!(
+                "split: no holder on a quorum ({} of {n} nodes needed){on}",
+                seen.quorum
+            ),
             _ => format!(
-                "split: no holder on a quorum ({} of {} nodes needed)",
-                seen.quorum,
-                seen.nodes.len()
+                "unknown: {ok} of {n} nodes answered, and those that did not could complete a quorum ({} needed)",
+                seen.quorum
             ),
         };
-        println!("{name}: {head}");
+        println!("{name}: {head}{}", not_answered_text(&seen));
         print_nodes(&seen, "held by");
     }
-    if answered(&seen) < seen.quorum {
-        eprintln!(
-            "fredlock: only {} of {} nodes answered ({} needed): the verdict may be wrong",
-            answered(&seen),
-            seen.nodes.len(),
-            seen.quorum
-        );
-        return exit::UNAVAILABLE;
-    }
-    exit::OK
+    answered_code(&seen, name, "who holds")
 }
 
 /// `fredlock break NAME --yes`.
@@ -149,21 +222,27 @@ pub async fn force_break(redlock: &Redlock, name: &str, json: bool) -> i32 {
                 h.fingerprint,
                 broken.nodes.len()
             ),
-            None if deleted == 0 => "nothing to break: no node held it".to_string(),
+            None if deleted == 0 => format!(
+                "nothing to break: no node {}held it",
+                if answered(&broken) < broken.nodes.len() {
+                    "that answered "
+                } else {
+                    ""
+                }
+            ),
             None => format!(
                 "deleted on {deleted} of {} nodes (no holder on a quorum)",
                 broken.nodes.len()
             ),
         };
-        println!("{name}: {head}");
+        println!("{name}: {head}{}", not_answered_text(&broken));
         print_nodes(&broken, "deleted");
     }
-    let failed = broken.nodes.len() - answered(&broken);
-    if failed > 0 {
+    let code = answered_code(&broken, name, "whether anyone still holds");
+    if code != exit::OK {
         eprintln!(
-            "fredlock: {failed} node(s) did not answer and may still hold {name:?}: run `fredlock break {name} --yes` again once they are back"
+            "fredlock: the nodes that did not answer may still hold {name:?}: run `fredlock break {name} --yes` again once they are back"
         );
-        return exit::DEGRADED;
     }
-    exit::OK
+    code
 }
