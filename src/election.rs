@@ -216,6 +216,10 @@ impl Drop for Election {
     }
 }
 
+/// How long one round of a campaign waits in line before it looks at its own state again
+/// (a failure to reach the nodes is reported after at most this long).
+const CAMPAIGN_WAIT: Duration = Duration::from_secs(5);
+
 async fn campaign(
     redlock: Redlock,
     resource: String,
@@ -228,21 +232,26 @@ async fn campaign(
     let retry = redlock.inner.retry;
     let span = tracing::debug_span!("fredlock.election", resource = %resource);
     loop {
-        // Campaign: one attempt at a time, pausing between them.
+        // Campaign: wait in the resource's line (a resign or a lost term hands over to the
+        // next candidate at once), in rounds of CAMPAIGN_WAIT so that failures are reported.
         let lock = loop {
             let attempt = tokio::select! {
                 biased;
                 _ = &mut stop => return,
-                r = redlock.try_acquire(resource.as_str(), ttl) => r,
+                r = redlock.acquire_with(resource.as_str(), ttl, CAMPAIGN_WAIT) => r,
             };
             match attempt {
-                Ok(found) => {
+                Ok(lock) => {
                     if failure.send_if_modified(|f| f.take().is_some()) {
                         tracing::info!(parent: &span, "campaign reaches a quorum of nodes again");
                     }
-                    if let Some(lock) = found {
-                        break lock;
+                    break lock;
+                }
+                Err(Error::Contended { .. }) => {
+                    if failure.send_if_modified(|f| f.take().is_some()) {
+                        tracing::info!(parent: &span, "campaign reaches a quorum of nodes again");
                     }
+                    continue;
                 }
                 Err(e) => {
                     if failure.borrow().is_none() {

@@ -481,9 +481,8 @@ impl Node {
             _ => None,
         };
         Acquired {
-            vote,
             counters,
-            queue: None,
+            ..Acquired::plain(vote)
         }
     }
 

@@ -452,11 +452,18 @@ impl Redlock {
             (Some((gate, _)), true) => self.inner.probe_round(&held, req, *gate, deadline).await,
             _ => (self.inner.acquire_round(&held, req, deadline).await, None),
         };
-        let queue = req
+        let at_gate = req
             .line
             .as_ref()
-            .and_then(|(gate, _)| answers[*gate].as_ref())
-            .and_then(|a| a.queue);
+            .and_then(|(gate, _)| answers[*gate].as_ref());
+        let queue = at_gate.and_then(|a| a.queue);
+        if at_gate.is_some_and(|a| a.lined) {
+            // Granted through a line: others are likely still waiting, so this process's next
+            // acquire of the key asks the gate first.
+            if let Some(key) = req.keys.first() {
+                self.inner.line.mark_hot(key);
+            }
+        }
         let mut counters = Vec::new();
         let votes = Votes(
             answers
@@ -757,19 +764,13 @@ impl Inner {
         )
     }
 
-    /// Releases on every node, deciding as soon as the outcome is known, and, for a lock with a
-    /// wait line, once its gate answered too (the gate wakes the line's head; a next acquire of
-    /// this process then knows the key is contended and asks the gate first). Nodes whose
-    /// release failed are retried in the background (see [`background::retry_release`]): a
-    /// release can fail at once while a late SET of the same lock still waits in fred's queue
-    /// for that node.
+    /// Releases on every node, deciding as soon as the outcome is known. (On a lock's gate the
+    /// release wakes the head of its wait line.) Nodes whose release failed are retried in the
+    /// background (see [`background::retry_release`]): a release can fail at once while a late
+    /// SET of the same lock still waits in fred's queue for that node.
     pub(crate) async fn release_all(self: &Arc<Self>, held: &Arc<Held>, ttl: Duration) -> Votes {
-        let gate = held.line.as_ref().map(|l| l.gate);
-        let enough = move |a: &[Option<Vote>]| {
-            quorum_known(a) && gate.is_none_or(|g| a.get(g).is_some_and(Option::is_some))
-        };
         let votes = self
-            .release_round_with(held, (0..self.nodes.len()).collect(), enough)
+            .release_round(held, (0..self.nodes.len()).collect(), quorum_known)
             .await;
         background::retry_failed(self, held, &votes, ttl);
         votes

@@ -17,6 +17,8 @@ pub(crate) struct Acquired {
     pub(crate) counters: Option<Vec<u64>>,
     /// A gate's refusal: the waiter's place in the key's wait line.
     pub(crate) queue: Option<Queue>,
+    /// A gate's grant to the head of a line (others may still wait).
+    pub(crate) lined: bool,
 }
 
 /// Where a gate's refusal left a waiter (see `scripts::GATE_ACQUIRE`).
@@ -36,6 +38,7 @@ impl Acquired {
             vote,
             counters: None,
             queue: None,
+            lined: false,
         }
     }
 }
@@ -45,26 +48,31 @@ impl Acquired {
 pub(crate) fn gate_acquired(node: &str, reply: Result<Value, NodeError>, fenced: bool) -> Acquired {
     match reply {
         Ok(Value::Array(parts)) => match parts.as_slice() {
-            [Value::Integer(1), c] => match (fenced, counter(c)) {
-                (false, _) => Acquired::plain(Vote::Granted),
-                (true, Some(c)) => Acquired {
-                    vote: Vote::Granted,
-                    counters: Some(vec![c]),
-                    queue: None,
-                },
-                // Set, but the counter is garbage: not a grant (and released as unknown).
-                (true, None) => {
-                    Acquired::plain(Vote::Failed(unexpected(node, "a numeric fencing counter")))
+            [Value::Integer(1), c, rest @ ..] if rest.len() <= 1 => {
+                let lined = matches!(rest, [Value::Integer(1)]);
+                match (fenced, counter(c)) {
+                    (false, _) => Acquired {
+                        lined,
+                        ..Acquired::plain(Vote::Granted)
+                    },
+                    (true, Some(c)) => Acquired {
+                        counters: Some(vec![c]),
+                        lined,
+                        ..Acquired::plain(Vote::Granted)
+                    },
+                    // Set, but the counter is garbage: not a grant (and released as unknown).
+                    (true, None) => {
+                        Acquired::plain(Vote::Failed(unexpected(node, "a numeric fencing counter")))
+                    }
                 }
-            },
+            }
             [Value::Integer(0), Value::Integer(rank), Value::Integer(pttl)] if *rank >= -1 => {
                 Acquired {
-                    vote: Vote::Refused,
-                    counters: None,
                     queue: Some(Queue {
                         rank: *rank,
                         pttl: *pttl,
                     }),
+                    ..Acquired::plain(Vote::Refused)
                 }
             }
             _ => Acquired::plain(Vote::Failed(unexpected(
@@ -159,9 +167,8 @@ pub(crate) fn fenced_acquire(node: &str, reply: Result<Value, NodeError>, keys: 
             Some((Value::Integer(1), counters)) if counters.len() == keys => {
                 match counters.iter().map(counter).collect::<Option<Vec<u64>>>() {
                     Some(counters) => Acquired {
-                        vote: Vote::Granted,
                         counters: Some(counters),
-                        queue: None,
+                        ..Acquired::plain(Vote::Granted)
                     },
                     // Set, but a counter is garbage: not a grant (and released as unknown).
                     None => {

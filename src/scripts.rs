@@ -224,7 +224,8 @@ end
 /// ARGV[1]: value, ARGV[2]: TTL in ms, ARGV[3]: the waiter's member ('' = does not wait),
 /// ARGV[4]: the lease in ms, ARGV[5]: `rank` to be told the exact place behind the head (a
 /// waiter that polls paces itself by it; one more command).
-/// Reply: `{1, counter}` set (counter 0 without fencing, -1 when not a number); `{0, rank,
+/// Reply: `{1, counter}` set (counter 0 without fencing, -1 when not a number), `{1, counter,
+/// 1}` set for the head of a line (others may still wait); `{0, rank,
 /// pttl}` refused: the waiter's place in the line (0 = head, 1.. = behind it: 1 unless asked
 /// for the rank, -1 = not in it) and, for the head and for a caller that does not wait, the
 /// lock key's PTTL (-2: free, refused for the line alone; -3: not read).
@@ -237,9 +238,12 @@ if h and h ~= me then h = live_head(line, h) end
 if h == nil or h == me then
   if redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2]) then
     -- Out of the line (its lease key expires on its own).
-    if h then redis.call('ZREM', line, me) end
     local c = 0
     if KEYS[3] then c = tonumber(redis.call('GET', KEYS[3]) or '0') or -1 end
+    if h then
+      redis.call('ZREM', line, me)
+      return {1, c, 1}
+    end
     return {1, c}
   end
 end
