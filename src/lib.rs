@@ -65,8 +65,12 @@
 //!    for how long, when to give up; pure). `subscriber`: one subscriber connection per node,
 //!    started by the first acquire that waits, feeding release messages to `waiters`.
 //! 5. `redlock`: the rounds: one acquire attempt, extend, release; [`Redlock`] and its shared state.
-//! 6. `lock` ([`Lock`] and the acquire retry loop that hands it out), `inspect` ([`Redlock::inspect`]).
+//! 6. `lock` ([`Lock`] and the acquire retry loop that hands it out), `inspect` ([`Redlock::inspect`]),
+//!    `leader` (an election's record beside its lock: term number, campaign value, priority;
+//!    [`Redlock::leader_of`] and the rounds that write the record).
 //! 7. `force` ([`Redlock::force_release`]: an operator breaks a lock, whoever holds it),
+//!    `observe` ([`Redlock::observe`]: an [`Observer`]'s subscriber connections and the reads
+//!    that follow who leads an election),
 //!    `renewal`: who extends a kept-alive lock and when: the per-lock cycle (schedule, budget,
 //!    retries), the status every handle reads, and its two drivers: the Redlock's shared
 //!    renewer, which extends the locks due together with one script call per node, and a task
@@ -92,9 +96,11 @@ pub mod error;
 mod force;
 mod inspect;
 mod keepalive;
+mod leader;
 mod lock;
 mod metrics;
 mod node;
+mod observe;
 mod owner;
 mod pacing;
 mod quorum;
@@ -109,14 +115,16 @@ mod waiters;
 mod with_lock;
 
 pub use config::{Builder, Retry};
-pub use election::{Election, Role, Term};
+pub use election::{ElectOptions, Election, Role, Term, MAX_VALUE_LEN};
 pub use error::{
     Error, InvalidInput, LostReason, Names, NodeError, NodeErrorKind, NotHeldReason, Result, Vote,
     Votes,
 };
 pub use inspect::{Holder, Inspection, NodeView, Verdict};
 pub use keepalive::{KeepAlive, KeepAliveOptions, LockHandle, Rejected};
+pub use leader::Leader;
 pub use lock::{AcquireOptions, Lock, ReleaseReport};
+pub use observe::Observer;
 pub use owner::{MAX_LABEL_LEN, MAX_TOKEN_LEN, SEPARATOR};
 pub use redlock::{Redlock, Resources, FALLBACK_FACTOR};
 pub use semaphore::{Permit, Semaphore, SemaphoreInspection, MAX_PERMITS};

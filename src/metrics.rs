@@ -13,6 +13,10 @@
 //! | `fredlock_lost_total` | counter | `reason` | kept-alive locks lost: `token_gone`, `expired`, `budget_exhausted`, `task_ended` |
 //! | `fredlock_node_failures_total` | counter | `node`, `kind` | per-node failures in lock rounds: `timeout`, `connection`, `server`, `unexpected_reply`, `auth`, `tls`, `client` (a duplicate server is not a failure and not counted) |
 //! | `fredlock_waiters` | gauge | | acquires of this process waiting for a release (with wake-ups on) |
+//! | `fredlock_election_leader` | gauge | `election` | 1 while this process leads the election, else 0 |
+//! | `fredlock_election_terms_total` | counter | `election` | terms this process began (became leader) |
+//! | `fredlock_election_term_ends_total` | counter | `election`, `reason` | terms of this process that ended: `resigned`, `yielded` (to a preferred candidate), `lost` |
+//! | `fredlock_election_handover_seconds` | histogram | `election` | from the moment this process saw no leader to its own term beginning |
 //!
 //! Owns: the names and labels. Must not: decide anything (it only observes).
 
@@ -115,4 +119,43 @@ pub(crate) fn waiters(delta: f64) {
     ::metrics::gauge!("fredlock_waiters").increment(delta);
     #[cfg(not(feature = "metrics"))]
     let _ = delta;
+}
+
+/// This process began (`true`) or ended a term of `election`.
+#[inline]
+pub(crate) fn leading(election: &str, leads: bool) {
+    #[cfg(feature = "metrics")]
+    {
+        let e = election.to_string();
+        ::metrics::gauge!("fredlock_election_leader", "election" => e.clone()).set(if leads {
+            1.0
+        } else {
+            0.0
+        });
+        if leads {
+            ::metrics::counter!("fredlock_election_terms_total", "election" => e).increment(1);
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (election, leads);
+}
+
+/// A term of `election` of this process ended, for `reason` (`resigned`, `yielded`, `lost`).
+#[inline]
+pub(crate) fn term_ended(election: &str, reason: &'static str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!("fredlock_election_term_ends_total", "election" => election.to_string(), "reason" => reason)
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (election, reason);
+}
+
+/// This process took over `election` `elapsed` after it saw no leader.
+#[inline]
+pub(crate) fn handover(election: &str, elapsed: Duration) {
+    #[cfg(feature = "metrics")]
+    ::metrics::histogram!("fredlock_election_handover_seconds", "election" => election.to_string())
+        .record(elapsed.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (election, elapsed);
 }
