@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, InvalidInput, Names, Result};
 use crate::keepalive::KeepAliveOptions;
-use crate::leader::{ElectionState, Written};
+use crate::leader::{ElectionState, Record, Written};
 use crate::lock::AcquireOptions;
 use crate::observe::Observer;
 use crate::redlock::Redlock;
@@ -145,8 +145,9 @@ struct Shared {
     role: watch::Sender<Role>,
     /// The campaign value to claim a term with (the last proclaimed one).
     value: Mutex<String>,
-    /// The lock value of the current term (for proclaim); `None` when not leading.
-    lock_value: Mutex<Option<String>>,
+    /// The lock value of the current term and the version of its value (for proclaim);
+    /// `None` when not leading.
+    lock_value: Mutex<Option<(String, u64)>>,
     /// When the leader's lock was last acquired or extended.
     renewed: Mutex<Option<Instant>>,
 }
@@ -332,18 +333,24 @@ impl Election {
             resource: self.shared.resource.clone(),
         };
         let term = self.current_term().ok_or_else(not_leader)?;
-        let lock_value = locked(&self.shared.lock_value)
-            .clone()
-            .ok_or_else(not_leader)?;
+        let (lock_value, version) = {
+            let mut current = locked(&self.shared.lock_value);
+            let (lock_value, version) = current.as_mut().ok_or_else(not_leader)?;
+            *version += 1;
+            (lock_value.clone(), *version)
+        };
         let s = &self.shared;
         let written = s
             .redlock
             .write_record(
                 &s.resource,
-                &lock_value,
-                term.number,
-                &value,
-                s.priority,
+                Record {
+                    lock_value: &lock_value,
+                    term: term.number,
+                    value: &value,
+                    priority: s.priority,
+                    version,
+                },
                 s.ttl,
             )
             .await;
@@ -533,7 +540,17 @@ impl Campaign {
         let value = lock_value_of(&s.value);
         let written = s
             .redlock
-            .write_record(&s.resource, lock.value(), number, &value, s.priority, s.ttl)
+            .write_record(
+                &s.resource,
+                Record {
+                    lock_value: lock.value(),
+                    term: number,
+                    value: &value,
+                    priority: s.priority,
+                    version: 1,
+                },
+                s.ttl,
+            )
             .await;
         if matches!(written, Written::Done) {
             return Some(number);
@@ -597,7 +614,7 @@ impl Campaign {
         let mut changes = handle.changes();
         // The fingerprint, never the token: logs are read by many.
         tracing::info!(parent: span, fingerprint = %handle.fingerprint(), term = number, "became leader");
-        *locked(&s.lock_value) = Some(lock_value);
+        *locked(&s.lock_value) = Some((lock_value, 1));
         *locked(&s.renewed) = Some(since);
         crate::metrics::leading(&s.resource, true);
         if let Some(v) = vacant {

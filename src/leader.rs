@@ -77,6 +77,8 @@ pub(crate) struct ElectionState {
     pub(crate) leader: Option<Leader>,
     /// The leader's priority (0 without a leader).
     pub(crate) priority: u32,
+    /// The term and version of the leader's value (`(0, 0)` without a leader).
+    pub(crate) version: (u64, u64),
     /// The strongest pending request to yield any node reports: `(term, priority, until)`.
     pub(crate) yield_to: Option<(u64, u32, Instant)>,
     /// When to read again even if nothing is published: when the leader's keys expire at a
@@ -184,6 +186,7 @@ pub(crate) fn tally(
         return state;
     };
     state.priority = newest.priority;
+    state.version = (best, newest.version);
     state.recheck_at = ended.checked_add(pttl + Duration::from_millis(1));
     state.leader = Some(Leader {
         value: newest.value.clone(),
@@ -192,6 +195,17 @@ pub(crate) fn tally(
         valid_until: started.checked_add(pttl).unwrap_or(started),
     });
     state
+}
+
+/// What a leader writes into the record (see `scripts::ELECT_CLAIM`).
+pub(crate) struct Record<'a> {
+    /// The term's lock value: written only where the lock key still holds it.
+    pub(crate) lock_value: &'a str,
+    pub(crate) term: u64,
+    pub(crate) value: &'a str,
+    pub(crate) priority: u32,
+    /// 1 for the claim, one more per proclaim.
+    pub(crate) version: u64,
 }
 
 /// How a write to the record went.
@@ -316,18 +330,16 @@ impl Redlock {
     pub(crate) async fn write_record(
         &self,
         resource: &str,
-        lock_value: &str,
-        term: u64,
-        value: &str,
-        priority: u32,
+        r: Record<'_>,
         ttl: Duration,
     ) -> Written {
         let keys = Arc::new(vec![self.key(resource), self.election_key(resource)]);
         let argv = vec![
-            Value::from(lock_value),
-            Value::from(term.to_string()),
-            Value::from(value),
-            Value::Integer(i64::from(priority)),
+            Value::from(r.lock_value),
+            Value::from(r.term.to_string()),
+            Value::from(r.value),
+            Value::Integer(i64::from(r.priority)),
+            Value::from(r.version.to_string()),
         ];
         let timeout = self.inner.node_timeout(ttl);
         let answers = self

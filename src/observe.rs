@@ -100,7 +100,7 @@ impl Redlock {
         let (leader_tx, leader_rx) = watch::channel(None);
         let (state_tx, state_rx) = watch::channel(ElectionState::default());
         let (closed_tx, _) = watch::channel(false);
-        let notify = Arc::new(Notify::new());
+        let wake = Arc::new(Wake::default());
         let channel = self.election_key(resource);
         let (subscribed_tx, mut subscribed_rx) = watch::channel(0usize);
         let subscribed_tx = Arc::new(subscribed_tx);
@@ -110,7 +110,7 @@ impl Redlock {
                 let sub = Subscriber {
                     node: node.name.clone(),
                     channel: channel.clone(),
-                    notify: notify.clone(),
+                    wake: wake.clone(),
                     closed: closed_tx.subscribe(),
                     subscribed: subscribed_tx.clone(),
                 };
@@ -129,7 +129,7 @@ impl Redlock {
             tokio::time::timeout(COMMAND_TIMEOUT, subscribed_rx.wait_for(|n| *n >= wanted)).await;
         let first = reader.read().await;
         let closed = closed_tx.subscribe();
-        let task = tokio::spawn(reader.run(first, notify, closed, subscribers));
+        let task = tokio::spawn(reader.run(first, wake, closed, subscribers));
         Ok(Observer {
             leader: leader_rx,
             state: state_rx,
@@ -189,7 +189,7 @@ impl Reader {
     async fn run(
         self,
         first: std::result::Result<Option<Instant>, ()>,
-        notify: Arc<Notify>,
+        wake: Arc<Wake>,
         mut closed: watch::Receiver<bool>,
         subscribers: Vec<JoinHandle<()>>,
     ) {
@@ -205,7 +205,13 @@ impl Reader {
             tokio::select! {
                 biased;
                 _ = closed.wait_for(|c| *c) => break,
-                () = notify.notified() => {}
+                () = wake.notify.notified() => {
+                    // Every node publishes each change: read once per change, not per node.
+                    let seen = self.state.borrow().version;
+                    if !wake.take(seen) {
+                        continue;
+                    }
+                }
                 () = timer => {}
             }
             next = match self.read().await {
@@ -226,11 +232,49 @@ impl Reader {
     }
 }
 
+/// What the subscribers tell the reader: a change was announced.
+#[derive(Default)]
+struct Wake {
+    notify: Notify,
+    /// `read`: something was announced that needs a read whatever was read before (a resign,
+    /// a request to yield, a resubscription, lost messages); `newest`: the newest
+    /// `(term, version)` announced by a claim or proclaim.
+    pending: std::sync::Mutex<(bool, (u64, u64))>,
+}
+
+impl Wake {
+    /// A message arrived: `Some(version)` from a claim or proclaim, `None` for anything else.
+    fn announce(&self, version: Option<(u64, u64)>) {
+        {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            match version {
+                Some(v) => p.1 = p.1.max(v),
+                None => p.0 = true,
+            }
+        }
+        self.notify.notify_one();
+    }
+
+    /// Whether a read is needed, given the version last read (and resets the request).
+    fn take(&self, seen: (u64, u64)) -> bool {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let needed = p.0 || p.1 > seen;
+        p.0 = false;
+        needed
+    }
+}
+
+/// `term:version` as a claim or proclaim publishes it.
+fn parse_version(text: &str) -> Option<(u64, u64)> {
+    let (t, v) = text.split_once(':')?;
+    Some((t.parse().ok()?, v.parse().ok()?))
+}
+
 /// One node's subscriber connection of one observer.
 struct Subscriber {
     node: String,
     channel: String,
-    notify: Arc<Notify>,
+    wake: Arc<Wake>,
     closed: watch::Receiver<bool>,
     /// Counts subscriptions made (the start waits for one per node).
     subscribed: Arc<watch::Sender<usize>>,
@@ -291,7 +335,7 @@ impl Subscriber {
                             first = false;
                             self.subscribed.send_modify(|n| *n += 1);
                         } else {
-                            self.notify.notify_one();
+                            self.wake.announce(None);
                         }
                     }
                     Err(e) => {
@@ -304,9 +348,12 @@ impl Subscriber {
             }
             tokio::select! {
                 m = messages.recv() => match m {
-                    Ok(_) => self.notify.notify_one(),
+                    Ok(message) => {
+                        let text = message.value.as_string();
+                        self.wake.announce(text.as_deref().and_then(parse_version));
+                    }
                     // Messages were dropped: read again.
-                    Err(RecvError::Lagged(_)) => self.notify.notify_one(),
+                    Err(RecvError::Lagged(_)) => self.wake.announce(None),
                     Err(RecvError::Closed) => return,
                 },
                 e = errors.recv() => {

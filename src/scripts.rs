@@ -285,23 +285,26 @@ return out
 /// An election's leader claims its term, or changes its campaign value within it (proclaim).
 /// KEYS[1]: the lock key, KEYS[2]: the election record (a hash: `v` the lock value of the term,
 /// `t` the term number, `val` the campaign value, `p` the priority, `s` the value's version within
-/// the term). ARGV[1]: the lock value, ARGV[2]: the term, ARGV[3]: the value, ARGV[4]: the
-/// priority.
-/// Reply: 1 written (and the record's name published, so observers read it again); 0 the lock
+/// the term: 1 for the claim, one more for each proclaim). ARGV[1]: the lock value, ARGV[2]: the
+/// term, ARGV[3]: the value, ARGV[4]: the priority, ARGV[5]: the version. A version not newer
+/// than the stored one of the same term is acknowledged without a write (a late or repeated
+/// proclaim never undoes a newer one).
+/// Reply: 1 written (and `term:version` published on the record's name, so that observers read
+/// it again unless they have read that version already); 0 the lock
 /// key does not hold our value (nothing written); -1 the record names a later term, or this term
 /// with another lock value (nothing written: a late claim never overwrites a newer term).
 const ELECT_CLAIM: &str = r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local term = tonumber(ARGV[2])
 local t = tonumber(redis.call('HGET', KEYS[2], 't') or '0') or 0
-local s = 1
 if t > term then return -1 end
 if t == term then
   if redis.call('HGET', KEYS[2], 'v') ~= ARGV[1] then return -1 end
-  s = (tonumber(redis.call('HGET', KEYS[2], 's') or '0') or 0) + 1
+  local s = tonumber(redis.call('HGET', KEYS[2], 's') or '0') or 0
+  if s >= tonumber(ARGV[5]) then return 1 end
 end
-redis.call('HSET', KEYS[2], 'v', ARGV[1], 't', ARGV[2], 'val', ARGV[3], 'p', ARGV[4], 's', s)
-redis.call('PUBLISH', KEYS[2], ARGV[2])
+redis.call('HSET', KEYS[2], 'v', ARGV[1], 't', ARGV[2], 'val', ARGV[3], 'p', ARGV[4], 's', ARGV[5])
+redis.call('PUBLISH', KEYS[2], ARGV[2] .. ':' .. ARGV[5])
 return 1
 "#;
 
