@@ -629,14 +629,6 @@ impl Campaign {
         }));
         // Hold: follow extensions, step down the moment the lock is lost or a preferred
         // candidate asks.
-        let state_changed = async |st: &mut Option<&mut watch::Receiver<ElectionState>>| match st {
-            Some(st) => {
-                if st.changed().await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            }
-            None => std::future::pending().await,
-        };
         let ended = loop {
             tokio::select! {
                 biased;
@@ -654,7 +646,7 @@ impl Campaign {
                         }
                     });
                 }
-                () = state_changed(&mut state) => {
+                () = state_changed(state.as_deref_mut()) => {
                     let asked = state.as_ref().and_then(|st| st.borrow().yield_to);
                     if let Some((term, priority, until)) = asked {
                         if term == number && priority > s.priority && Instant::now() < until {
@@ -697,4 +689,14 @@ fn held_back(state: &ElectionState, priority: u32) -> bool {
 
 fn lock_value_of(value: &Mutex<String>) -> String {
     locked(value).clone()
+}
+
+/// Resolves on the next change of the observer's state; never without an observer.
+async fn state_changed(state: Option<&mut watch::Receiver<ElectionState>>) {
+    if let Some(st) = state {
+        if st.changed().await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending().await
 }

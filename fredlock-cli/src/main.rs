@@ -7,6 +7,7 @@
 
 mod child;
 mod duration;
+mod elect;
 mod health;
 mod run;
 mod show;
@@ -106,8 +107,13 @@ enum Command {
     ///
     /// CMD starts when this process wins, is stopped (SIGTERM, then SIGKILL after
     /// --kill-after) when it loses, and the campaign goes on. When CMD exits by itself,
-    /// fredlock resigns and exits with CMD's code.
+    /// fredlock resigns and exits with CMD's code. CMD finds the term number (a fencing token:
+    /// pass it with its writes) in FREDLOCK_TERM and the campaign value in
+    /// FREDLOCK_LEADER_VALUE.
     Leader(LeaderArgs),
+    /// Print who leads the election NAME as one JSON line, then one more on every change,
+    /// until interrupted: {"leader": {"value": ..., "term": ...}} or {"leader": null}.
+    Observe(ObserveArgs),
     /// Show who holds NAME on each node: owner label, token fingerprint, TTL left, verdict.
     Inspect(InspectArgs),
     /// Delete NAME's lock on every node, whoever holds it, and show what was deleted.
@@ -154,11 +160,23 @@ struct RunArgs {
 struct LeaderArgs {
     #[command(flatten)]
     lock: LockArgs,
+    /// The campaign value every observer sees while this process leads (e.g. its address).
+    #[arg(long, default_value = "")]
+    value: String,
+    /// A higher priority takes over from a lower leader (rolling deploys); equal never does.
+    #[arg(long, default_value_t = 0)]
+    priority: u32,
     /// The election's name.
     name: String,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     cmd: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+struct ObserveArgs {
+    /// The election's name.
+    name: String,
 }
 
 #[derive(Args, Debug)]
@@ -252,14 +270,23 @@ async fn dispatch(cli: Cli) -> i32 {
             let Some(redlock) = connect(&common, args.lock.label.as_deref()).await else {
                 return exit::USAGE;
             };
-            let code = run::leader(
-                &redlock,
-                &args.name,
-                args.lock.ttl,
-                args.lock.kill_after,
-                &args.cmd,
-            )
-            .await;
+            let options = elect::LeaderOptions {
+                name: args.name,
+                ttl: args.lock.ttl,
+                kill_after: args.lock.kill_after,
+                value: args.value,
+                priority: args.priority,
+                cmd: args.cmd,
+            };
+            let code = elect::leader(&redlock, options).await;
+            redlock.close().await;
+            code
+        }
+        Command::Observe(args) => {
+            let Some(redlock) = connect(&common, None).await else {
+                return exit::USAGE;
+            };
+            let code = elect::observe(&redlock, &args.name).await;
             redlock.close().await;
             code
         }

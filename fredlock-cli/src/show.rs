@@ -94,8 +94,11 @@ pub async fn inspect(redlock: &Redlock, name: &str, json: bool) -> i32 {
         Ok(seen) => seen,
         Err(e) => return crate::fail(&e),
     };
+    let (election_line, election) = crate::elect::inspect_election(redlock, name).await;
     if json {
-        println!("{}", as_json(redlock, &seen));
+        let mut out = as_json(redlock, &seen);
+        out["election"] = election;
+        println!("{out}");
     } else {
         let (word, holder) = verdict(&seen);
         let head = match (word, &holder) {
@@ -114,6 +117,9 @@ pub async fn inspect(redlock: &Redlock, name: &str, json: bool) -> i32 {
             ),
         };
         println!("{name}: {head}");
+        if let Some(line) = election_line {
+            println!("  {line}");
+        }
         print_nodes(&seen, "held by");
     }
     if answered(&seen) < seen.quorum {
