@@ -505,23 +505,16 @@ impl Campaign {
                         tracing::info!(parent: span, "campaign reaches a quorum of nodes again");
                     }
                     match found {
-                        Some(lock) => {
-                            if let Some(number) = self.claim(&lock, span).await {
-                                return Some((lock, number));
-                            }
-                        }
+                        Some(lock) => match self.claim(&lock, span).await {
+                            Ok(Some(number)) => return Some((lock, number)),
+                            Ok(None) => {}
+                            Err(e) => self.failing(e, span),
+                        },
                         None if !held_back => self.maybe_preempt(state, retry).await,
                         None => {}
                     }
                 }
-                Err(e) => {
-                    if self.failure.borrow().is_none() {
-                        tracing::warn!(parent: span, error = %e, "fredlock: election campaign failing (not contention); retrying");
-                    } else {
-                        tracing::debug!(parent: span, error = %e, "campaign attempt failed");
-                    }
-                    self.failure.send_replace(Some(e));
-                }
+                Err(e) => self.failing(e, span),
             }
             let pause = retry.delay + crate::redlock::random_up_to(retry.jitter);
             tokio::select! {
@@ -532,11 +525,25 @@ impl Campaign {
         }
     }
 
-    /// Writes the record of a term just won; `None` (the lock released) when a quorum did not
-    /// take it.
-    async fn claim(&self, lock: &crate::lock::Lock, span: &tracing::Span) -> Option<u64> {
+    /// An attempt failed for another reason than contention: logged (at WARN the first time)
+    /// and shown by `campaign_failure`.
+    fn failing(&self, e: Error, span: &tracing::Span) {
+        if self.failure.borrow().is_none() {
+            tracing::warn!(parent: span, error = %e, "fredlock: election campaign failing (not contention); retrying");
+        } else {
+            tracing::debug!(parent: span, error = %e, "campaign attempt failed");
+        }
+        self.failure.send_replace(Some(e));
+    }
+
+    /// Writes the record of a term just won: its number, or `None` when a later term exists or
+    /// the lock is gone, or the error when too few nodes took it (the lock is released as it
+    /// drops, in every case but success).
+    async fn claim(&self, lock: &crate::lock::Lock, span: &tracing::Span) -> Result<Option<u64>> {
         let s = &self.shared;
-        let number = lock.fencing_token()?;
+        let Some(number) = lock.fencing_token() else {
+            return Ok(None);
+        };
         let value = lock_value_of(&s.value);
         let written = s
             .redlock
@@ -552,11 +559,19 @@ impl Campaign {
                 s.ttl,
             )
             .await;
-        if matches!(written, Written::Done) {
-            return Some(number);
+        tracing::debug!(parent: span, outcome = ?written, "recording the term");
+        match written {
+            Written::Done => Ok(Some(number)),
+            Written::NotLeader => Ok(None),
+            Written::Unavailable(votes) => Err(Error::Unavailable {
+                resources: Names(vec![s.resource.clone()]),
+                attempts: 1,
+                nodes: votes.0.len(),
+                quorum: s.redlock.quorum(),
+                reachable: votes.granted() + votes.refused(),
+                votes,
+            }),
         }
-        tracing::debug!(parent: span, outcome = ?written, "won the lock but could not record the term; releasing");
-        None
     }
 
     /// A candidate of higher priority than the leader asks it to yield (once per pending

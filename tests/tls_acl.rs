@@ -38,6 +38,9 @@ const RULE: &[&str] = &[
     "+pexpire",
     "+pttl",
     "+publish",
+    "+hset",
+    "+hget",
+    "+hmget",
     "+client|id",
 ];
 
