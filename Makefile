@@ -12,9 +12,11 @@ demo: redis-server
 test: redis-server
 	$(CARGO) test --workspace --all-features
 
-## make bench: latency and throughput against a raw fred floor, on local nodes
+## make bench: latency and throughput against a raw fred floor, on local nodes; then elections
+## (bench_elect: 64 observer processes, handover, observer lag, idle cost, failover, priorities)
 bench: redis-server
 	$(CARGO) run --release --example bench -- $(BENCH_ARGS)
+	$(CARGO) run --release --example bench_elect
 
 ## make scheduler: three scheduler processes elect a leader; the leader is killed; another takes over
 scheduler: redis-server
