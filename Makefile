@@ -12,9 +12,11 @@ demo: redis-server
 test: redis-server
 	$(CARGO) test --workspace --all-features
 
-## make bench: latency and throughput against a raw fred floor, on local nodes
+## make bench: latency and throughput against a raw fred floor, on local nodes; then elections
+## (bench_elect: 64 observer processes, handover, observer lag, idle cost, failover, priorities)
 bench: redis-server
 	$(CARGO) run --release --example bench -- $(BENCH_ARGS)
+	$(CARGO) run --release --example bench_elect
 
 ## make scheduler: three scheduler processes elect a leader; the leader is killed; another takes over
 scheduler: redis-server
@@ -22,7 +24,8 @@ scheduler: redis-server
 
 ## make torture: fault-injection torture run with a safety checker: N=3 and N=5, each plain and in
 ## fencing mode, and N=3 Redis Clusters of 3 shards, plain and in fencing mode (semaphores in all),
-## plus the negative controls (SECS=600 in all; SEED empty = a random seed, printed for replay).
+## plus the negative controls, then the election mode with observers and its control (SECS=600 in
+## all; SEED empty = a random seed, printed for replay).
 ## Exit 1 on a violation or a control the checker missed.
 SECS ?= 600
 SEED ?=

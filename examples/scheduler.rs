@@ -27,7 +27,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use fredlock::{Election, Redlock, Retry, Role, Term};
+use fredlock::{ElectOptions, Election, Observer, Redlock, Retry, Role, Term};
 use fredlock_testkit::demo::scheduler::{self as demo, say, Demo, Msg, Quit, Worker};
 use fredlock_testkit::demo::BoxError;
 use tokio::sync::watch;
@@ -77,8 +77,16 @@ async fn worker(w: Worker) -> Result<(), BoxError> {
     // Connected; every process campaigns from the same moment. `quit`: asked to resign.
     let mut quit: Quit = w.wait_for_start().await?;
 
-    // Campaign in the background from now until resign (or drop).
-    let election = redlock.elect(RESOURCE, TTL)?;
+    // Campaign in the background from now until resign (or drop), with this process's address
+    // as the campaign value: every process can read it (`leader_of`, `observe`), so followers
+    // know where the leader is. (A stand-in here: each worker would serve HTTP on its port.)
+    let address = format!("127.0.0.1:{}", 9100 + w.id);
+    let options = ElectOptions::default().value(address.clone());
+    let election = redlock.elect_with_options(RESOURCE, TTL, options)?;
+    // Followers forward requests to the leader: an observer tells them where it is, pushed on
+    // every change (and `None` while there is no leader: then requests wait or fail).
+    let observer = redlock.observe(RESOURCE).await?;
+    tokio::spawn(forward_to_leader(observer, address));
     loop {
         // Follower: wait until we win (or are asked to quit).
         let term = tokio::select! {
@@ -104,6 +112,29 @@ async fn worker(w: Worker) -> Result<(), BoxError> {
     say(Msg::Resigned);
     redlock.close().await;
     Ok(())
+}
+
+/// A follower's request routing: whenever the leader changes, say where requests go now. A real
+/// service would keep `observer.current()` at hand and send each request to `leader.value`,
+/// with the term number so that the leader can refuse a request meant for an older term.
+async fn forward_to_leader(observer: Observer, own: String) {
+    let mut leader = observer.watch();
+    loop {
+        let line = match &*leader.borrow_and_update() {
+            Some(l) if l.value == own => None,
+            Some(l) => Some(format!(
+                "follower: forwarding requests to the leader at {} (term {})",
+                l.value, l.term
+            )),
+            None => Some("follower: no leader right now; holding requests".to_string()),
+        };
+        if let Some(line) = line {
+            println!("{line}");
+        }
+        if leader.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Why a worker stopped leading.
@@ -156,8 +187,9 @@ async fn lead(election: &Election, term: &Term, quit: &mut Quit) -> Stop {
 }
 
 /// The work itself. A real job should also check `leading()` before each side effect, or better,
-/// pass the term's token along as a fencing token that the system it writes to checks: a
-/// process that freezes (GC, SIGSTOP) between a check and a write could otherwise write late.
+/// pass the term number (`term.number()`, the term's fencing token) along with every write, for
+/// the system it writes to to check: a process that freezes (GC, SIGSTOP) between a check and a
+/// write could otherwise write late.
 async fn nightly_job() {
     tokio::time::sleep(JOB_WORK).await;
 }

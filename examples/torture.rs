@@ -257,7 +257,26 @@ async fn main() -> ExitCode {
     println!(
         "torture: seed {seed}: {violations} violation(s) in the main runs, {failed_controls} negative control(s) failed"
     );
-    if violations > 0 || failed_controls > 0 {
+    // The election mode: candidates and observers, with its own control.
+    let election = torture::election::ElectionConfig::new(seed, per_run);
+    eprintln!("torture: election mode, {} s ...", per_run.as_secs());
+    let (election_failed, election_line) = match torture::election::run(election).await {
+        Ok(r) => (
+            !r.violations.is_empty() || !r.control_caught(),
+            format!(
+                "torture: election mode: {} terms, {} fault episodes, {} observer changes, {} violation(s); never-resyncing observer caught: {}{}",
+                r.terms,
+                r.episodes,
+                r.observed,
+                r.violations.len(),
+                r.control_caught(),
+                r.violations.first().map_or(String::new(), |v| format!("; first: {v}"))
+            ),
+        ),
+        Err(e) => (true, format!("torture: election mode could not run: {e}")),
+    };
+    println!("{election_line}");
+    if violations > 0 || failed_controls > 0 || election_failed {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

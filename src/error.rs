@@ -263,6 +263,11 @@ pub enum InvalidInput {
     /// that long is down, and a lock cannot wait for it.
     #[error("node timeout {0:?} is too large (at most 1 hour)")]
     NodeTimeoutTooLarge(std::time::Duration),
+    /// A campaign value ([`ElectOptions::value`](crate::ElectOptions::value),
+    /// [`Election::proclaim`](crate::Election::proclaim)) longer than
+    /// [`MAX_VALUE_LEN`](crate::MAX_VALUE_LEN) bytes.
+    #[error("campaign value of {0} bytes is longer than the 65536 allowed (MAX_VALUE_LEN)")]
+    ValueTooLong(usize),
     /// A keep-alive setting that cannot work (for example an extension interval of zero).
     #[error("invalid keep-alive setting: {0}")]
     KeepAlive(&'static str),
@@ -374,6 +379,14 @@ pub enum Error {
         waited: Duration,
         /// Each node that did not connect, with its latest cause.
         failures: Vec<NodeError>,
+    },
+    /// An election participant was asked to act as leader (for example
+    /// [`Election::proclaim`](crate::Election::proclaim)) but does not lead: it is a follower,
+    /// its term ended, or a later term exists. Wait for [`Election::leader`](crate::Election::leader).
+    #[error("election {resource}: this participant does not lead (follower, term ended, or a later term exists); wait until it leads again")]
+    NotLeader {
+        /// The election.
+        resource: String,
     },
     /// The input or configuration was rejected before anything was sent.
     #[error("invalid input: {0}")]

@@ -67,8 +67,12 @@
 //!    started by the first acquire that waits, subscribed to the Redlock's own wake-up channel,
 //!    feeding its messages to `line`.
 //! 5. `redlock`: the rounds: one acquire attempt, extend, release; [`Redlock`] and its shared state.
-//! 6. `lock` ([`Lock`] and the acquire retry loop that hands it out), `inspect` ([`Redlock::inspect`]).
+//! 6. `lock` ([`Lock`] and the acquire retry loop that hands it out), `inspect` ([`Redlock::inspect`]),
+//!    `leader` (an election's record beside its lock: term number, campaign value, priority;
+//!    [`Redlock::leader_of`] and the rounds that write the record).
 //! 7. `force` ([`Redlock::force_release`]: an operator breaks a lock, whoever holds it),
+//!    `observe` ([`Redlock::observe`]: an [`Observer`]'s subscriber connections and the reads
+//!    that follow who leads an election),
 //!    `renewal`: who extends a kept-alive lock and when: the per-lock cycle (schedule, budget,
 //!    retries), the status every handle reads, and its two drivers: the Redlock's shared
 //!    renewer, which extends the locks due together with one script call per node, and a task
@@ -94,10 +98,12 @@ pub mod error;
 mod force;
 mod inspect;
 mod keepalive;
+mod leader;
 mod line;
 mod lock;
 mod metrics;
 mod node;
+mod observe;
 mod owner;
 mod pacing;
 mod quorum;
@@ -111,14 +117,16 @@ mod subscriber;
 mod with_lock;
 
 pub use config::{Builder, Retry};
-pub use election::{Election, Role, Term};
+pub use election::{ElectOptions, Election, Role, Term, MAX_VALUE_LEN};
 pub use error::{
     Error, InvalidInput, LostReason, Names, NodeError, NodeErrorKind, NotHeldReason, Result, Round,
     Vote, Votes,
 };
 pub use inspect::{Holder, Inspection, NodeView, Verdict};
 pub use keepalive::{KeepAlive, KeepAliveOptions, LockHandle, Rejected};
+pub use leader::Leader;
 pub use lock::{AcquireOptions, Lock, ReleaseReport};
+pub use observe::Observer;
 pub use owner::{MAX_LABEL_LEN, MAX_TOKEN_LEN, SEPARATOR};
 #[allow(deprecated)]
 pub use redlock::FALLBACK_FACTOR;

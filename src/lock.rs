@@ -264,6 +264,8 @@ pub struct AcquireOptions {
     label: Option<String>,
     token: Option<String>,
     wait: Option<Duration>,
+    /// Hand out a fencing token with this lock even when the Redlock does not (elections).
+    pub(crate) fenced: bool,
 }
 
 impl std::fmt::Debug for AcquireOptions {
@@ -461,6 +463,9 @@ impl Redlock {
         options.apply(&mut req).inspect_err(|_| {
             crate::metrics::acquired("invalid", Duration::ZERO);
         })?;
+        if options.fenced {
+            self.fence_request(&mut req)?;
+        }
         let wait = options.wait;
         let span = tracing::debug_span!(
             "fredlock.acquire",

@@ -14,6 +14,10 @@
 //! | `fredlock_node_failures_total` | counter | `node`, `kind` | per-node failures in lock rounds: `timeout`, `connection`, `server`, `unexpected_reply`, `auth`, `tls`, `client` (a duplicate server is not a failure and not counted) |
 //! | `fredlock_waiters` | gauge | | acquires of this process waiting for their turn in a wait line |
 //! | `fredlock_node_usable` | gauge | `node` | 1 while the node's votes count (connected, identified, accepting our credentials), 0 while they do not (down, refusing connections or credentials, or the same server as another entry); sum it for the usable nodes |
+//! | `fredlock_election_leader` | gauge | `election` | 1 while this process leads the election, else 0 |
+//! | `fredlock_election_terms_total` | counter | `election` | terms this process began (became leader) |
+//! | `fredlock_election_term_ends_total` | counter | `election`, `reason` | terms of this process that ended: `resigned`, `yielded` (to a preferred candidate), `lost` |
+//! | `fredlock_election_handover_seconds` | histogram | `election` | from the moment this process saw no leader to its own term beginning |
 //!
 //! Owns: the names and labels. Must not: decide anything (it only observes).
 
@@ -129,4 +133,43 @@ pub(crate) fn node_usable(node: &str, usable: bool) {
     });
     #[cfg(not(feature = "metrics"))]
     let _ = (node, usable);
+}
+
+/// This process began (`true`) or ended a term of `election`.
+#[inline]
+pub(crate) fn leading(election: &str, leads: bool) {
+    #[cfg(feature = "metrics")]
+    {
+        let e = election.to_string();
+        ::metrics::gauge!("fredlock_election_leader", "election" => e.clone()).set(if leads {
+            1.0
+        } else {
+            0.0
+        });
+        if leads {
+            ::metrics::counter!("fredlock_election_terms_total", "election" => e).increment(1);
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (election, leads);
+}
+
+/// A term of `election` of this process ended, for `reason` (`resigned`, `yielded`, `lost`).
+#[inline]
+pub(crate) fn term_ended(election: &str, reason: &'static str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!("fredlock_election_term_ends_total", "election" => election.to_string(), "reason" => reason)
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (election, reason);
+}
+
+/// This process took over `election` `elapsed` after it saw no leader.
+#[inline]
+pub(crate) fn handover(election: &str, elapsed: Duration) {
+    #[cfg(feature = "metrics")]
+    ::metrics::histogram!("fredlock_election_handover_seconds", "election" => election.to_string())
+        .record(elapsed.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (election, elapsed);
 }

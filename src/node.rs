@@ -982,6 +982,20 @@ impl Node {
         }
     }
 
+    /// Any script over `keys` (of one hash slot) and `argv`; a node that may not vote (not
+    /// identified yet, a duplicate) answers its error without anything being sent.
+    pub(crate) async fn run_script(
+        self: Arc<Self>,
+        script: &'static Script,
+        keys: Arc<Vec<String>>,
+        argv: Arc<Vec<Value>>,
+        timeout: Duration,
+    ) -> Result<Value, NodeError> {
+        self.state.counts()?;
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        self.script_on(script, &refs, &argv, timeout).await
+    }
+
     /// Who holds `key` here: `Some((value, pttl_ms))`, or `None` when the key does not exist.
     pub(crate) async fn inspect(
         self: Arc<Self>,

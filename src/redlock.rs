@@ -350,6 +350,34 @@ impl Redlock {
         crate::slots::fence_key(&self.inner.key_prefix, RESERVED, resource)
     }
 
+    /// The Redis key of `resource`'s election record on every node: a hash with the current
+    /// term's number, campaign value and priority (see [`Redlock::leader_of`]). Like the
+    /// fencing counter it never expires; it only counts while the lock key holds the term's
+    /// token. Changes to it are published on a channel of the same name.
+    pub fn election_key(&self, resource: &str) -> String {
+        crate::slots::derived_key(&self.inner.key_prefix, RESERVED, "elect", resource)
+    }
+
+    /// The key of a pending request to `resource`'s leader to yield to a preferred candidate
+    /// (it expires by itself).
+    pub(crate) fn yield_key(&self, resource: &str) -> String {
+        crate::slots::derived_key(&self.inner.key_prefix, RESERVED, "yield", resource)
+    }
+
+    /// Gives `req` fencing counters (as with fencing on for the whole Redlock), so that its
+    /// grant carries a fencing token.
+    pub(crate) fn fence_request(&self, req: &mut Request) -> Result<()> {
+        if !req.fence_keys.is_empty() {
+            return Ok(());
+        }
+        let fence_keys: Vec<String> = req.resources.iter().map(|r| self.fence_key(r)).collect();
+        for (key, fence) in req.keys.iter().zip(&fence_keys) {
+            self.check_slots(&[key.clone(), fence.clone()])?;
+        }
+        req.fence_keys = fence_keys;
+        Ok(())
+    }
+
     /// On a Redlock with a Redis Cluster node, `keys` must share one hash slot (one script takes
     /// them all); `Ok` otherwise, or when they do.
     pub(crate) fn check_slots(&self, keys: &[String]) -> std::result::Result<(), InvalidInput> {

@@ -52,11 +52,18 @@ pub(crate) fn slot(key: &str) -> u16 {
 /// The key of a lock key's fencing counter, in the lock key's slot whenever the prefix allows it
 /// (`prefix` and `resource` make the lock key `prefix + resource`).
 pub(crate) fn fence_key(prefix: &str, reserved: &str, resource: &str) -> String {
+    derived_key(prefix, reserved, "fence", resource)
+}
+
+/// A key of kind `kind` that belongs to a lock key (its fencing counter, an election's record),
+/// in the lock key's slot whenever the prefix allows it: `P~kind:{Pname}`, or `P~kind:name`
+/// when the lock key has a hash tag of its own.
+pub(crate) fn derived_key(prefix: &str, reserved: &str, kind: &str, resource: &str) -> String {
     let lock = format!("{prefix}{resource}");
     if tag(&lock).is_some() || lock.contains('}') {
-        format!("{prefix}{reserved}fence:{resource}")
+        format!("{prefix}{reserved}{kind}:{resource}")
     } else {
-        format!("{prefix}{reserved}fence:{{{lock}}}")
+        format!("{prefix}{reserved}{kind}:{{{lock}}}")
     }
 }
 

@@ -42,6 +42,9 @@ const RULE: &[&str] = &[
     "+zrange",
     "+zrem",
     "+zrank",
+    "+hset",
+    "+hget",
+    "+hmget",
     "+client|id",
 ];
 

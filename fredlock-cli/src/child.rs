@@ -22,12 +22,20 @@ pub struct Child {
 /// longer kept alive. Errors are exit codes, as a shell gives them: 127 not found, 126 not
 /// executable.
 pub fn spawn(cmd: &[OsString]) -> Result<Child, i32> {
+    spawn_with_env(cmd, &[])
+}
+
+/// [`spawn`] with extra environment variables for CMD.
+pub fn spawn_with_env(cmd: &[OsString], env: &[(&str, String)]) -> Result<Child, i32> {
     let Some((program, args)) = cmd.split_first() else {
         eprintln!("fredlock: no command given after --");
         return Err(exit::USAGE);
     };
     let mut command = tokio::process::Command::new(program);
     command.args(args).kill_on_drop(false);
+    for (k, v) in env {
+        command.env(k, v);
+    }
     die_with_parent(&mut command);
     match command.spawn() {
         Ok(child) => {

@@ -7,6 +7,7 @@
 
 mod child;
 mod duration;
+mod elect;
 mod health;
 mod nodes;
 mod run;
@@ -110,8 +111,13 @@ enum Command {
     ///
     /// CMD starts when this process wins, is stopped (SIGTERM, then SIGKILL after
     /// --kill-after) when it loses, and the campaign goes on. When CMD exits by itself,
-    /// fredlock resigns and exits with CMD's code.
+    /// fredlock resigns and exits with CMD's code. CMD finds the term number (a fencing token:
+    /// pass it with its writes) in FREDLOCK_TERM and the campaign value in
+    /// FREDLOCK_LEADER_VALUE.
     Leader(LeaderArgs),
+    /// Print who leads the election NAME as one JSON line, then one more on every change,
+    /// until interrupted: {"leader": {"value": ..., "term": ...}} or {"leader": null}.
+    Observe(ObserveArgs),
     /// Show who holds NAME on each node: owner label, token fingerprint, TTL left, verdict.
     Inspect(InspectArgs),
     /// Delete NAME's lock on every node, whoever holds it, and show what was deleted.
@@ -162,11 +168,23 @@ struct RunArgs {
 struct LeaderArgs {
     #[command(flatten)]
     lock: LockArgs,
+    /// The campaign value every observer sees while this process leads (e.g. its address).
+    #[arg(long, default_value = "")]
+    value: String,
+    /// A higher priority takes over from a lower leader (rolling deploys); equal never does.
+    #[arg(long, default_value_t = 0)]
+    priority: u32,
     /// The election's name.
     name: String,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     cmd: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+struct ObserveArgs {
+    /// The election's name.
+    name: String,
 }
 
 #[derive(Args, Debug)]
@@ -268,17 +286,25 @@ async fn dispatch(cli: Cli) -> i32 {
                 Ok(redlock) => redlock,
                 Err(code) => return code,
             };
-            let code = run::leader(
-                &redlock,
-                &args.name,
-                (
-                    args.lock.ttl,
-                    args.lock.kill_after,
-                    args.lock.no_quorum_timeout,
-                ),
-                &args.cmd,
-            )
-            .await;
+            let options = elect::LeaderOptions {
+                name: args.name,
+                ttl: args.lock.ttl,
+                kill_after: args.lock.kill_after,
+                value: args.value,
+                priority: args.priority,
+                no_quorum: args.lock.no_quorum_timeout,
+                cmd: args.cmd,
+            };
+            let code = elect::leader(&redlock, options).await;
+            redlock.close().await;
+            code
+        }
+        Command::Observe(args) => {
+            let redlock = match connect(&common, None).await {
+                Ok(redlock) => redlock,
+                Err(code) => return code,
+            };
+            let code = elect::observe(&redlock, &args.name).await;
             redlock.close().await;
             code
         }

@@ -1,4 +1,4 @@
-//! `fredlock run` and `fredlock leader`: CMD under a kept-alive lock, or under leadership.
+//! `fredlock run`: CMD under a kept-alive lock.
 
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
@@ -117,72 +117,6 @@ pub async fn run(redlock: &Redlock, o: RunOptions) -> i32 {
             sig = signals.recv() => {
                 if child::should_forward(sig) {
                     cmd.signal(sig);
-                }
-            }
-        }
-    }
-}
-
-/// Campaigns for `name`; runs CMD while leading. Returns the exit code.
-/// `times`: the TTL, `--kill-after` and `--no-quorum-timeout`.
-pub async fn leader(
-    redlock: &Redlock,
-    name: &str,
-    times: (Duration, Duration, Duration),
-    cmd: &[OsString],
-) -> i32 {
-    let (ttl, kill_after, no_quorum) = times;
-    let mut signals = match Signals::install() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("fredlock: cannot install signal handlers: {e}");
-            return exit::SOFTWARE;
-        }
-    };
-    let election = match redlock.elect(name, ttl) {
-        Ok(e) => e,
-        Err(e) => return crate::fail(&e),
-    };
-    nodes::warn_at_start(redlock, name).await;
-    loop {
-        let term = tokio::select! {
-            term = election.leader() => term,
-            sig = signals.recv() => {
-                election.resign().await;
-                return 128 + sig;
-            }
-            why = nodes::no_quorum_for(redlock, name, no_quorum) => {
-                election.resign().await;
-                eprintln!("fredlock: {name:?}: {why}");
-                return exit::UNAVAILABLE;
-            }
-        };
-        let mut running = match child::spawn(cmd) {
-            Ok(c) => c,
-            Err(code) => {
-                election.resign().await;
-                return code;
-            }
-        };
-        loop {
-            tokio::select! {
-                status = running.wait() => {
-                    election.resign().await;
-                    return child::code(status);
-                }
-                () = election.term_ended(&term) => {
-                    eprintln!(
-                        "fredlock: lost the leadership of {name:?}; stopping CMD (SIGTERM, SIGKILL after {}), campaigning again",
-                        show(kill_after)
-                    );
-                    let status = running.stop(kill_after).await;
-                    eprintln!("fredlock: CMD stopped (exit code {})", child::code(status));
-                    break;
-                }
-                sig = signals.recv() => {
-                    if child::should_forward(sig) {
-                        running.signal(sig);
-                    }
                 }
             }
         }

@@ -167,8 +167,11 @@ pub async fn inspect(redlock: &Redlock, name: &str, json: bool) -> i32 {
         Ok(seen) => seen,
         Err(e) => return crate::fail(&e),
     };
+    let (election_line, election) = crate::elect::inspect_election(redlock, name).await;
     if json {
-        println!("{}", as_json(redlock, &seen));
+        let mut out = as_json(redlock, &seen);
+        out["election"] = election;
+        println!("{out}");
     } else {
         let (word, holder) = verdict(&seen);
         let (ok, n) = (answered(&seen), seen.nodes.len());
@@ -196,6 +199,9 @@ pub async fn inspect(redlock: &Redlock, name: &str, json: bool) -> i32 {
             ),
         };
         println!("{name}: {head}{}", not_answered_text(&seen));
+        if let Some(line) = election_line {
+            println!("  {line}");
+        }
         print_nodes(&seen, "held by");
     }
     answered_code(&seen, name, "who holds")

@@ -85,6 +85,7 @@ use fredlock::Retry;
 
 mod cluster_faults;
 mod controls;
+pub mod election;
 mod env;
 mod faults;
 mod mode_controls;

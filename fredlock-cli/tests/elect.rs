@@ -1,0 +1,158 @@
+//! End-to-end: `fredlock leader --value --priority`, `fredlock observe` and the election part
+//! of `fredlock inspect`, with the real binary against local redis-server nodes.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use fredlock::{ElectOptions, Redlock};
+use fredlock_testkit::LocalNodes;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+fn fredlock(nodes: &[String]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fredlock"));
+    cmd.env("FREDLOCK_NODES", nodes.join(","))
+        .env_remove("FREDLOCK_PREFIX")
+        .env_remove("FREDLOCK_LABEL")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
+fn unique(name: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    format!("cli-{name}-{:016x}", h.finish())
+}
+
+async fn redlock(nodes: &[String]) -> Redlock {
+    Redlock::builder()
+        .nodes(nodes.to_vec())
+        .build()
+        .await
+        .expect("build")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_gives_cmd_its_term_and_value() {
+    let nodes = LocalNodes::start(3).await.expect("nodes");
+    let urls = nodes.urls();
+    let name = unique("term");
+    let out = std::env::temp_dir().join(format!("{name}.out"));
+    let mut cmd = fredlock(&urls);
+    cmd.args([
+        "leader",
+        "--ttl",
+        "5s",
+        "--value",
+        "10.1.2.3:8080",
+        "--priority",
+        "3",
+        &name,
+        "--",
+    ])
+    .args([
+        "sh",
+        "-c",
+        &format!(
+            "echo \"$FREDLOCK_TERM $FREDLOCK_LEADER_VALUE\" > {}",
+            out.display()
+        ),
+    ]);
+    let status = tokio::time::timeout(Duration::from_secs(30), cmd.status())
+        .await
+        .expect("finished")
+        .expect("ran");
+    assert_eq!(status.code(), Some(0));
+    let written = std::fs::read_to_string(&out).expect("CMD wrote its environment");
+    let _ = std::fs::remove_file(&out);
+    let (term, value) = written.trim().split_once(' ').expect("two fields");
+    assert_eq!(value, "10.1.2.3:8080");
+    let term: u64 = term.parse().expect("a term number");
+    assert!(term >= 1);
+    // CMD exited, so the leader resigned: nobody leads, and the next term is larger.
+    let r = redlock(&urls).await;
+    assert_eq!(r.leader_of(&name).await.expect("read"), None);
+    let e = r
+        .elect(name.as_str(), Duration::from_secs(5))
+        .expect("elect");
+    assert!(e.leader().await.number() > term);
+    e.resign().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_prints_one_json_line_per_change_and_inspect_shows_the_term() {
+    let nodes = LocalNodes::start(3).await.expect("nodes");
+    let urls = nodes.urls();
+    let name = unique("observe");
+    let mut child = fredlock(&urls)
+        .args(["observe", &name])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    assert_eq!(next(&mut lines).await["leader"], serde_json::Value::Null);
+    let r = redlock(&urls).await;
+    let options = ElectOptions::default().value("10.0.0.7:9000");
+    let e = r
+        .elect_with_options(name.as_str(), Duration::from_secs(30), options)
+        .expect("elect");
+    let term = e.leader().await;
+    let line = next(&mut lines).await;
+    assert_eq!(line["leader"]["value"], "10.0.0.7:9000");
+    assert_eq!(line["leader"]["term"], term.number());
+    e.proclaim("10.0.0.8:9000").await.expect("proclaim");
+    assert_eq!(next(&mut lines).await["leader"]["value"], "10.0.0.8:9000");
+
+    // inspect shows the value and term, in text and JSON.
+    let out = fredlock(&urls)
+        .args(["inspect", &name])
+        .output()
+        .await
+        .expect("inspect");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains(&format!("leader \"10.0.0.8:9000\", term {}", term.number())),
+        "{text}"
+    );
+    let out = fredlock(&urls)
+        .args(["inspect", "--json", &name])
+        .output()
+        .await
+        .expect("inspect");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(json["election"]["term"], term.number());
+
+    e.resign().await;
+    assert_eq!(next(&mut lines).await["leader"], serde_json::Value::Null);
+    // Interrupted is the normal end.
+    let pid = child.id().expect("pid");
+    #[allow(unsafe_code)]
+    // SAFETY: kill(2) on a child of this test.
+    let rc = unsafe { libc_kill(pid as i32, 2) };
+    assert_eq!(rc, 0);
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("exited")
+        .expect("wait");
+    assert_eq!(status.code(), Some(0));
+}
+
+type Lines = tokio::io::Lines<BufReader<tokio::process::ChildStdout>>;
+
+/// The next JSON line `fredlock observe` prints (within 10 s).
+async fn next(lines: &mut Lines) -> serde_json::Value {
+    let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("a line within 10 s")
+        .expect("read")
+        .expect("not closed");
+    serde_json::from_str(&line).expect("JSON")
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}

@@ -1,0 +1,249 @@
+//! Elections that others can see: campaign values, term numbers (fencing tokens), who leads
+//! (`leader_of`), proclaim, preferred candidates, the health check. Against real nodes.
+
+mod common;
+
+use std::time::Duration;
+
+use fredlock::{ElectOptions, Error, InvalidInput, Retry, MAX_VALUE_LEN};
+use fredlock_testkit::{Fault, LocalNodes};
+use tokio::time::Instant;
+
+const RETRY: Retry = common::retry(3, 20, 20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_term_has_a_growing_number_and_anyone_can_read_the_leader() {
+    let (_nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
+    let resource = common::unique("value");
+    // No election yet: nobody leads, and nothing fails.
+    assert_eq!(redlock.leader_of(&resource).await.expect("read"), None);
+    let mut last = 0;
+    for round in 0..4 {
+        let value = format!("10.0.0.{round}:8080");
+        let election = redlock
+            .elect_with_options(
+                resource.as_str(),
+                Duration::from_secs(5),
+                ElectOptions::default().value(value.clone()),
+            )
+            .expect("elect");
+        let term = election.leader().await;
+        let number = term.fencing_token().expect("elections are always fenced");
+        assert!(number > last, "term {number} after {last}");
+        last = number;
+        assert_eq!(term.value, value);
+        // Any other process (here: another Redlock over the same nodes) reads the same.
+        let leader = redlock
+            .leader_of(&resource)
+            .await
+            .expect("read")
+            .expect("a leader");
+        assert_eq!(
+            (leader.term, leader.value.as_str()),
+            (number, value.as_str())
+        );
+        assert!(leader.remaining() > Duration::from_secs(3));
+        election.resign().await;
+        // Resigned: the term is over for every reader at once.
+        assert_eq!(redlock.leader_of(&resource).await.expect("read"), None);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn term_numbers_grow_without_fencing_turned_on_and_with_it() {
+    for fencing in [false, true] {
+        let (_nodes, redlock) =
+            common::local_with(3, |b| b.retry(RETRY).fencing_tokens(fencing)).await;
+        let resource = common::unique("fenced");
+        // A plain lock of the same name first: the election's numbers come after its token.
+        let lock = redlock
+            .acquire(resource.as_str(), Duration::from_secs(5))
+            .await
+            .expect("lock");
+        let before = lock.fencing_token();
+        lock.release().await.expect("release");
+        let election = redlock
+            .elect(resource.as_str(), Duration::from_secs(5))
+            .expect("elect");
+        let term = election.leader().await;
+        let number = term.fencing_token().expect("fenced");
+        if let Some(before) = before {
+            assert!(number > before);
+        }
+        election.resign().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proclaim_changes_the_value_and_never_overwrites_a_later_term() {
+    let (_nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
+    let resource = common::unique("proclaim");
+    let ttl = Duration::from_secs(10);
+    let a = redlock
+        .elect_with_options(resource.as_str(), ttl, ElectOptions::default().value("a:1"))
+        .expect("elect");
+    let term_a = a.leader().await;
+    a.proclaim("a:2").await.expect("proclaim");
+    assert_eq!(a.current_term().expect("leads").value, "a:2");
+    let read = redlock
+        .leader_of(&resource)
+        .await
+        .expect("read")
+        .expect("leader");
+    assert_eq!((read.term, read.value.as_str()), (term_a.number(), "a:2"));
+    // Too long a value is refused before anything is sent.
+    let long = "x".repeat(MAX_VALUE_LEN + 1);
+    assert!(matches!(
+        a.proclaim(long).await,
+        Err(Error::InvalidInput(InvalidInput::ValueTooLong(_)))
+    ));
+
+    // An operator breaks the lock; B takes the next term while A still believes it leads (its
+    // keep-alive notices only at its next extension, seconds away).
+    let b = redlock
+        .elect_with_options(resource.as_str(), ttl, ElectOptions::default().value("b:1"))
+        .expect("elect");
+    redlock.force_release(&resource).await.expect("break");
+    let term_b = b.leader().await;
+    assert!(term_b.number() > term_a.number());
+    assert!(a.is_leader(), "A should not have noticed yet");
+    // A's late proclaim must not touch B's term.
+    let late = a.proclaim("a:late").await;
+    assert!(matches!(late, Err(Error::NotLeader { .. })), "{late:?}");
+    let read = redlock
+        .leader_of(&resource)
+        .await
+        .expect("read")
+        .expect("leader");
+    assert_eq!((read.term, read.value.as_str()), (term_b.number(), "b:1"));
+    // A follower cannot proclaim either.
+    a.resign().await;
+    let c = redlock.elect(resource.as_str(), ttl).expect("elect");
+    assert!(matches!(
+        c.proclaim("c").await,
+        Err(Error::NotLeader { .. })
+    ));
+    b.resign().await;
+    c.resign().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preferred_candidate_takes_over_once_and_lower_ones_never_preempt() {
+    let (_nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
+    let resource = common::unique("priority");
+    let ttl = Duration::from_secs(10);
+    let old = |v: &str, p: u32| ElectOptions::default().value(v).priority(p);
+    let a = redlock
+        .elect_with_options(resource.as_str(), ttl, old("v1-a", 1))
+        .expect("elect");
+    let term_a = a.leader().await;
+    // Equal and lower priority candidates join: nothing moves.
+    let b = redlock
+        .elect_with_options(resource.as_str(), ttl, old("v1-b", 1))
+        .expect("elect");
+    let c = redlock
+        .elect_with_options(resource.as_str(), ttl, old("v0-c", 0))
+        .expect("elect");
+    let mut a_role = a.watch();
+    let moved =
+        tokio::time::timeout(Duration::from_secs(1), a_role.wait_for(|r| !r.is_leader())).await;
+    assert!(
+        moved.is_err(),
+        "an equal or lower priority candidate preempted the leader"
+    );
+    // The new version joins with a higher priority: it leads within about a second, and A's
+    // term ends.
+    let joined = Instant::now();
+    let d = redlock
+        .elect_with_options(resource.as_str(), ttl, old("v2-d", 2))
+        .expect("elect");
+    let ended = tokio::time::timeout(Duration::from_secs(3), a.term_ended(&term_a)).await;
+    assert!(ended.is_ok(), "the leader did not yield");
+    let term_d = tokio::time::timeout(Duration::from_secs(3), d.leader())
+        .await
+        .expect("D leads");
+    println!(
+        "preferred candidate led {:?} after joining",
+        joined.elapsed()
+    );
+    assert!(term_d.number() > term_a.number());
+    assert!(!b.is_leader() && !c.is_leader() && !a.is_leader());
+    // And it stays: no flapping back to the others.
+    let mut d_role = d.watch();
+    let lost =
+        tokio::time::timeout(Duration::from_secs(1), d_role.wait_for(|r| !r.is_leader())).await;
+    assert!(lost.is_err(), "leadership moved again");
+    let read = redlock
+        .leader_of(&resource)
+        .await
+        .expect("read")
+        .expect("leader");
+    assert_eq!((read.term, read.value.as_str()), (term_d.number(), "v2-d"));
+    for e in [a, b, c, d] {
+        e.resign().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_check_fails_when_renewals_stop() {
+    let nodes = LocalNodes::start(3).await.expect("nodes");
+    let (proxies, redlock) = common::behind_proxies(&nodes, |b| b.retry(RETRY)).await;
+    let resource = common::unique("health");
+    let ttl = Duration::from_secs(3);
+    let election = redlock.elect(resource.as_str(), ttl).expect("elect");
+    let term = election.leader().await;
+    let bound = Duration::from_millis(1500);
+    assert!(election.check_health(bound).is_ok());
+    // Cut off: renewals fail; the check fails before the term's validity runs out.
+    for p in &proxies {
+        p.set(Fault::Reset);
+    }
+    let mut failed = None;
+    while election.is_leader() {
+        if let Err(e) = election.check_health(bound) {
+            failed = Some(e);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let message = failed.expect("the health check failed while still leader");
+    assert!(message.contains(&resource), "{message}");
+    assert!(Instant::now() < term.valid_until + Duration::from_millis(50));
+    // A follower is healthy.
+    let _ = tokio::time::timeout(ttl * 2, election.term_ended(&term)).await;
+    assert!(election.check_health(bound).is_ok());
+    for p in &proxies {
+        p.set(Fault::Pass);
+    }
+    election.resign().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_names_and_values_are_refused_at_once() {
+    let (_nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
+    assert!(matches!(
+        redlock.leader_of("").await,
+        Err(Error::InvalidInput(InvalidInput::EmptyResource))
+    ));
+    assert!(matches!(
+        redlock.leader_of("~fence").await,
+        Err(Error::InvalidInput(InvalidInput::ReservedResource(_)))
+    ));
+    assert!(matches!(
+        redlock.observe("").await,
+        Err(Error::InvalidInput(InvalidInput::EmptyResource))
+    ));
+    let long = ElectOptions::default().value("v".repeat(MAX_VALUE_LEN + 1));
+    assert!(matches!(
+        redlock.elect_with_options("x", Duration::from_secs(1), long),
+        Err(Error::InvalidInput(InvalidInput::ValueTooLong(_)))
+    ));
+    // A record of the wrong type on a majority: a typed error, not a leader.
+    let resource = common::unique("wrongtype");
+    let record = redlock.election_key(&resource);
+    for i in 0..2 {
+        common::raw(&redlock, i, &["SET", &record, "not-a-hash"]).await;
+    }
+    let read = redlock.leader_of(&resource).await;
+    assert!(matches!(read, Err(Error::Unavailable { .. })), "{read:?}");
+}

@@ -1,0 +1,264 @@
+//! Observers: who leads, pushed by the nodes (not polled), right again after a subscriber
+//! reconnect and after a lost message, and silent while nothing changes. Against real nodes.
+
+mod common;
+
+use std::time::Duration;
+
+use fredlock::{ElectOptions, Leader, Observer, Redlock, Retry};
+use fredlock_testkit::{Fault, LocalNodes, RespValue};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+const RETRY: Retry = common::retry(3, 20, 20);
+/// Long enough that an observer's read at the term's expiry cannot explain a change it shows
+/// within the bounds of the tests that rely on messages.
+const LONG_TTL: Duration = Duration::from_secs(60);
+
+/// Waits up to `within` for the observer to show a leader satisfying `want`.
+async fn shows(
+    rx: &mut watch::Receiver<Option<Leader>>,
+    within: Duration,
+    want: impl Fn(&Option<Leader>) -> bool,
+) -> bool {
+    tokio::time::timeout(within, rx.wait_for(|l| want(l)))
+        .await
+        .is_ok_and(|r| r.is_ok())
+}
+
+fn value_is(v: &'static str) -> impl Fn(&Option<Leader>) -> bool {
+    move |l| l.as_ref().is_some_and(|l| l.value == v)
+}
+
+/// EVAL and EVALSHA calls node `i` has served so far.
+async fn script_calls(nodes: &LocalNodes, i: usize) -> u64 {
+    let RespValue::Bulk(Some(info)) = nodes
+        .command(i, &["INFO", "commandstats"])
+        .await
+        .expect("INFO")
+    else {
+        panic!("INFO commandstats: not a bulk string");
+    };
+    let info = String::from_utf8_lossy(&info).to_string();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_are_pushed_and_an_idle_observer_sends_nothing() {
+    let (nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
+    let watcher = common::build(nodes.urls(), |b| b).await;
+    let resource = common::unique("pushed");
+    let observer: Observer = watcher.observe(&resource).await.expect("observe");
+    assert_eq!(observer.current(), None);
+    let mut rx = observer.watch();
+    let a = redlock
+        .elect_with_options(
+            resource.as_str(),
+            LONG_TTL,
+            ElectOptions::default().value("a"),
+        )
+        .expect("elect");
+    let term_a = a.leader().await;
+    assert!(
+        shows(&mut rx, Duration::from_secs(5), value_is("a")).await,
+        "new term not shown"
+    );
+    assert_eq!(observer.current().map(|l| l.term), Some(term_a.number()));
+    a.proclaim("a2").await.expect("proclaim");
+    assert!(
+        shows(&mut rx, Duration::from_secs(5), value_is("a2")).await,
+        "proclaim not shown"
+    );
+
+    // Idle: nothing changes, so nobody sends a script (the leader extends only after 40 s).
+    // First let the reads that the change's messages (one per node) set off finish.
+    let calls = || futures::future::join_all((0..3).map(|i| script_calls(&nodes, i)));
+    let mut before = calls().await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = calls().await;
+        if now == before {
+            break;
+        }
+        before = now;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = calls().await;
+    assert_eq!(before, after, "scripts were sent while nothing changed");
+
+    a.resign().await;
+    assert!(
+        shows(&mut rx, Duration::from_secs(5), Option::is_none).await,
+        "resign not shown"
+    );
+    let b = redlock
+        .elect_with_options(
+            resource.as_str(),
+            LONG_TTL,
+            ElectOptions::default().value("b"),
+        )
+        .expect("elect");
+    let term_b = b.leader().await;
+    assert!(
+        shows(&mut rx, Duration::from_secs(5), value_is("b")).await,
+        "next term not shown"
+    );
+    assert_eq!(observer.current().map(|l| l.term), Some(term_b.number()));
+    b.resign().await;
+    observer.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_leader_disappears_within_its_ttl() {
+    let nodes = LocalNodes::start(3).await.expect("nodes");
+    let (proxies, leader) = common::behind_proxies(&nodes, |b| b.retry(RETRY)).await;
+    let watcher = common::build(nodes.urls(), |b| b).await;
+    let resource = common::unique("killed");
+    let ttl = Duration::from_secs(2);
+    let observer = watcher.observe(&resource).await.expect("observe");
+    let mut rx = observer.watch();
+    let a = leader
+        .elect_with_options(resource.as_str(), ttl, ElectOptions::default().value("a"))
+        .expect("elect");
+    a.leader().await;
+    assert!(shows(&mut rx, Duration::from_secs(5), value_is("a")).await);
+    // As good as killed: nothing it sends arrives, so nothing is published.
+    for p in &proxies {
+        p.set(Fault::Blackhole);
+    }
+    let cut = Instant::now();
+    // The bound is the feature: gone from the observer within its TTL (+ 700 ms).
+    assert!(
+        shows(&mut rx, ttl + Duration::from_millis(700), Option::is_none).await,
+        "a dead leader was still shown {:?} after it was cut off",
+        cut.elapsed()
+    );
+    println!(
+        "dead leader gone from the observer {:?} after the cut",
+        cut.elapsed()
+    );
+    for p in &proxies {
+        p.set(Fault::Reset);
+        p.set(Fault::Pass);
+    }
+    a.resign().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn right_again_after_a_subscriber_reconnect() {
+    let nodes = LocalNodes::start(3).await.expect("nodes");
+    let redlock = common::build(nodes.urls(), |b| b.retry(RETRY)).await;
+    let (proxies, watcher) = common::behind_proxies(&nodes, |b| b).await;
+    let resource = common::unique("reconnect");
+    let observer = watcher.observe(&resource).await.expect("observe");
+    let mut rx = observer.watch();
+    let a = redlock
+        .elect_with_options(
+            resource.as_str(),
+            LONG_TTL,
+            ElectOptions::default().value("a"),
+        )
+        .expect("elect");
+    a.leader().await;
+    assert!(shows(&mut rx, Duration::from_secs(5), value_is("a")).await);
+    // The observer's connections swallow everything: the proclaim's messages are lost.
+    for p in &proxies {
+        p.set(Fault::Blackhole);
+    }
+    a.proclaim("b").await.expect("proclaim");
+    // Still the old value (it cannot have heard), then the connections drop and come back.
+    assert_eq!(observer.current().map(|l| l.value), Some("a".to_string()));
+    for p in &proxies {
+        p.set(Fault::Reset);
+    }
+    for p in &proxies {
+        p.set(Fault::Pass);
+    }
+    // Right again after the reconnect, long before the term's expiry read (60 s).
+    assert!(
+        shows(&mut rx, Duration::from_secs(10), value_is("b")).await,
+        "the observer missed the change made while it was disconnected"
+    );
+    a.resign().await;
+    assert!(shows(&mut rx, Duration::from_secs(5), Option::is_none).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn right_again_after_a_lost_message() {
+    let (nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
+    let watcher = common::build(nodes.urls(), |b| b).await;
+    let resource = common::unique("lost");
+    let ttl = Duration::from_secs(2);
+    let observer = watcher.observe(&resource).await.expect("observe");
+    let mut rx = observer.watch();
+    let a = redlock
+        .elect_with_options(resource.as_str(), ttl, ElectOptions::default().value("a"))
+        .expect("elect");
+    a.leader().await;
+    assert!(shows(&mut rx, Duration::from_secs(5), value_is("a")).await);
+    // A change whose message never comes: written straight into every node's record.
+    let record = redlock.election_key(&resource);
+    for i in 0..3 {
+        common::raw(&redlock, i, &["HSET", &record, "val", "silent", "s", "99"]).await;
+    }
+    let changed = Instant::now();
+    // Read again at the term's expiry time (it is extended meanwhile): within one TTL.
+    assert!(
+        shows(
+            &mut rx,
+            ttl + Duration::from_millis(700),
+            value_is("silent")
+        )
+        .await,
+        "a change without a message was never picked up"
+    );
+    println!(
+        "silent change seen {:?} after it was made",
+        changed.elapsed()
+    );
+    a.resign().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn candidates_and_observers_agree_through_handovers() {
+    let (nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
+    let resource = common::unique("agree");
+    let mut observers = Vec::new();
+    for _ in 0..4 {
+        let r: Redlock = common::build(nodes.urls(), |b| b).await;
+        observers.push((r.observe(&resource).await.expect("observe"), r));
+    }
+    for round in 0..5 {
+        let value = format!("node-{round}");
+        let e = redlock
+            .elect_with_options(
+                resource.as_str(),
+                LONG_TTL,
+                ElectOptions::default().value(value.clone()),
+            )
+            .expect("elect");
+        let term = e.leader().await;
+        for (o, _) in &observers {
+            let mut rx = o.watch();
+            let want = term.number();
+            assert!(
+                shows(&mut rx, Duration::from_secs(5), move |l| l
+                    .as_ref()
+                    .is_some_and(|l| l.term == want))
+                .await,
+                "observer never showed term {want}"
+            );
+        }
+        e.resign().await;
+    }
+}
