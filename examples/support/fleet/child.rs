@@ -80,7 +80,12 @@ impl Contender {
         let redlock = redlock(urls, client).await;
         if work == Work::Semaphore {
             let own = redlock.semaphore(warm, PERMITS).expect("a semaphore");
-            own.acquire(TTL).await.expect("warm-up").release().await.expect("warm-up");
+            own.acquire(TTL)
+                .await
+                .expect("warm-up")
+                .release()
+                .await
+                .expect("warm-up");
             let shared = redlock.semaphore(key, PERMITS).expect("a semaphore");
             return Contender::Permits(redlock, shared);
         }
@@ -95,14 +100,20 @@ impl Contender {
         let t0 = Instant::now();
         match self {
             Contender::Lock(r) => {
-                let lock = tokio::time::timeout_at(end, r.acquire(key, TTL)).await.ok()?.expect("acquire");
+                let lock = tokio::time::timeout_at(end, r.acquire(key, TTL))
+                    .await
+                    .ok()?
+                    .expect("acquire");
                 let waited = t0.elapsed();
                 precise_hold().await;
                 lock.release().await.expect("release");
                 Some(waited)
             }
             Contender::Permits(_, s) => {
-                let permit = tokio::time::timeout_at(end, s.acquire(TTL)).await.ok()?.expect("a permit");
+                let permit = tokio::time::timeout_at(end, s.acquire(TTL))
+                    .await
+                    .ok()?
+                    .expect("a permit");
                 let waited = t0.elapsed();
                 precise_hold().await;
                 permit.release().await.expect("release a permit");
@@ -123,7 +134,13 @@ impl Contender {
 }
 
 /// Runs a child to the end of its window and returns its result.
-pub async fn run(work: Work, client: Client, urls: &[String], key: &str, index: usize) -> ChildResult {
+pub async fn run(
+    work: Work,
+    client: Client,
+    urls: &[String],
+    key: &str,
+    index: usize,
+) -> ChildResult {
     let contender = match work {
         Work::Election => None,
         _ => Some(Contender::build(work, client, urls, key, index).await),

@@ -159,7 +159,8 @@ impl ChildResult {
     /// Folds one line of a child's output in; false for a line that is not part of a result.
     fn read(&mut self, line: &str) -> bool {
         let (tag, rest) = line.split_once(' ').unwrap_or((line, ""));
-        let numbers = |s: &str| -> Vec<u64> { s.split(',').filter_map(|v| v.parse().ok()).collect() };
+        let numbers =
+            |s: &str| -> Vec<u64> { s.split(',').filter_map(|v| v.parse().ok()).collect() };
         match tag {
             "RESULT" => {
                 let v: Vec<u64> = rest.split(' ').filter_map(|v| v.parse().ok()).collect();
@@ -229,7 +230,10 @@ pub async fn run_cell(
     for child in &mut children {
         outputs.push(wait_ready(child, work, client).await);
     }
-    let (commands0, cpu0) = (waiters::commands(&addrs).await, waiters::server_cpu(&addrs).await);
+    let (commands0, cpu0) = (
+        waiters::commands(&addrs).await,
+        waiters::server_cpu(&addrs).await,
+    );
     let start = unix_ns() + START_MARGIN.as_nanos() as u64;
     let end = start + window.as_nanos() as u64;
     for child in &mut children {
@@ -240,12 +244,23 @@ pub async fn run_cell(
             .expect("tell a child to go");
     }
     tokio::time::sleep(Duration::from_nanos(end.saturating_sub(unix_ns()))).await;
-    let (commands, cpu) = (waiters::commands(&addrs).await, waiters::server_cpu(&addrs).await);
+    let (commands, cpu) = (
+        waiters::commands(&addrs).await,
+        waiters::server_cpu(&addrs).await,
+    );
     let mut results = Vec::with_capacity(processes);
     for (child, lines) in children.iter_mut().zip(outputs) {
         results.push(collect(child, lines, work, client).await);
     }
-    summarise(work, client, processes, window, &results, commands - commands0, cpu - cpu0)
+    summarise(
+        work,
+        client,
+        processes,
+        window,
+        &results,
+        commands - commands0,
+        cpu - cpu0,
+    )
 }
 
 /// The nodes' addresses, for INFO.
@@ -292,8 +307,16 @@ async fn wait_ready(child: &mut Child, work: Work, client: Client) -> Lines {
     });
     match ready.await {
         Ok(true) => lines,
-        Ok(false) => panic!("a {} {} child exited before it was ready", client.name(), work.name()),
-        Err(_) => panic!("a {} {} child was not ready in {READY_TIMEOUT:?}", client.name(), work.name()),
+        Ok(false) => panic!(
+            "a {} {} child exited before it was ready",
+            client.name(),
+            work.name()
+        ),
+        Err(_) => panic!(
+            "a {} {} child was not ready in {READY_TIMEOUT:?}",
+            client.name(),
+            work.name()
+        ),
     }
 }
 

@@ -97,7 +97,13 @@ async fn in_process(urls: &[String], run: &str, plan: &Plan) -> (f64, f64, f64) 
     }
     for r in 0..plan.in_process_rounds {
         for i in [r % 2, 1 - r % 2] {
-            let got = waiters::round(&targets[i], &addrs, &key, Hold::Precise, plan.in_process_secs);
+            let got = waiters::round(
+                &targets[i],
+                &addrs,
+                &key,
+                Hold::Precise,
+                plan.in_process_secs,
+            );
             let got = got.await;
             if i == 0 {
                 fred.push(got.per_second);
@@ -174,9 +180,17 @@ impl Fleet {
     /// The targets, each with the measured figures and the ratio (fredlock default;
     /// polling's figure beside it for comparison).
     pub fn print_targets(&self) {
-        let (m, d, p, r) = (Work::Mutex, Client::Default, Client::Polling, Client::Rslock);
+        let (m, d, p, r) = (
+            Work::Mutex,
+            Client::Default,
+            Client::Polling,
+            Client::Rslock,
+        );
         let rate = |w, c, n| self.cell(w, c, n).map_or(f64::NAN, |c| c.per_second);
-        let cmds = |c, n| self.cell(m, c, n).map_or(f64::NAN, |c| c.commands_per_acquisition);
+        let cmds = |c, n| {
+            self.cell(m, c, n)
+                .map_or(f64::NAN, |c| c.commands_per_acquisition)
+        };
         println!("| target (fredlock default) | figure | compared with | ratio | met? |");
         println!("|---|---:|---:|---:|---|");
         let (d64, d4, r64) = (rate(m, d, 64), rate(m, d, 4), rate(m, r, 64));
@@ -230,7 +244,9 @@ impl Fleet {
             s64 / s4 >= 0.9,
         );
         if let Some(c) = self.cell(Work::Election, d, 64) {
-            let polling = self.cell(Work::Election, p, 64).map_or(f64::NAN, |c| c.p99_us);
+            let polling = self
+                .cell(Work::Election, p, 64)
+                .map_or(f64::NAN, |c| c.p99_us);
             target(
                 "election, P = 64: handover after a resign p99 ≤ 5 ms",
                 format!("{:.1} ms (polling {:.1})", c.p99_us / 1e3, polling / 1e3),
