@@ -97,7 +97,8 @@ mod worker;
 
 pub use controls::{cluster_controls, negative_controls, ControlResult};
 pub use fleet::{
-    liveness_controls, Floor, Live, Liveness, LivenessControl, FLEET_RETRY, RATE_SHARE, WAIT_FACTOR,
+    liveness_controls, Floor, Live, Liveness, LivenessControl, FAULT_RATE_SHARE, FLEET_RETRY,
+    RATE_SHARE, WAIT_FACTOR,
 };
 pub use report::{liveness_markdown, markdown, Report};
 pub use schedule::{fingerprint, random_seed, schedule, Episode, FaultKind, SlotMove};
@@ -289,12 +290,17 @@ impl TortureConfig {
         )
     }
 
-    /// Lanes of per-client network faults: one per 4 clients, at least 2 (each lane faults
+    /// Lanes of per-client network faults: one per 4 clients, at least 2 (fleet mode: 2; each lane faults
     /// one of its own clients at a time, or all of them for latency). None on cluster nodes,
     /// which have no proxies.
     pub fn client_lanes(&self) -> usize {
         if self.cluster_shards.is_some() {
             return 0;
+        }
+        if self.fleet {
+            // Two clients of the fleet faulted at a time: every kind of fault, without most
+            // clients' links faulted at once (that would measure the faults, not hand-overs).
+            return 2.min(self.clients);
         }
         (self.clients / 4).max(2).min(self.clients)
     }
@@ -367,9 +373,9 @@ pub async fn run(config: TortureConfig) -> io::Result<Report> {
             config.label(),
             &stats.live,
             floor.await.map_err(env::io_err)?,
-            config.resources,
-            config.clients,
+            (config.resources, config.clients),
             config.duration,
+            fleet::FAULT_RATE_SHARE,
         )),
         None => None,
     };
