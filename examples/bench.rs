@@ -37,6 +37,12 @@
 //!   redis-server saturated by a pipelined raw-RESP loader sending the cycle's commands (its
 //!   commands/s on one core), and the server memory per held lock key (INFO memory during (d)).
 //!
+//! - the FLEET table, last (alone with `-- --fleet-only`): P = 4, 16, 64 separate child
+//!   processes, each one client and one waiter, on one key, one 4-permit semaphore and one
+//!   leadership, for fredlock default, fredlock polling and rslock, with the targets
+//!   beside the figures; plus 16 waiters as tasks of one process against a tokio Mutex (see
+//!   `support/fleet/mod.rs` for the method).
+//!
 //! Method, because these machines are small (2 cores), shared and noisy:
 //! - every variant is warmed up first (connections, allocator, scripts cached, CPU caches);
 //! - the variants are interleaved: within a serial round, floor, fredlock and fredlock-with-a-

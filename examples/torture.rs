@@ -3,7 +3,7 @@
 //! violation.
 //!
 //! ```text
-//! make torture SECS=600 SEED=12345        # six runs of 100 s, then the controls
+//! make torture SECS=600 SEED=12345        # seven runs of 85 s (the last: fleet), then the controls
 //! cargo run --release --example torture -- --secs 120 --seed 7
 //! cargo run --release --example torture -- --secs 60 --nodes 5 --clients 6 --resources 2
 //! cargo run --release --example torture -- --mode cluster-plain --secs 120 --seed 7
