@@ -57,6 +57,14 @@
 //! ([`TortureConfig::fencing`]: durable nodes), a fenced lock whose holder writes its token to a
 //! fenced register on the data node, sometimes only after stalling past its deadline.
 //!
+//! # Fleet mode
+//! With [`TortureConfig::fleet`], 32 clients (each its own `Redlock`, proxies, connections and
+//! subscribers) mostly WAIT for 3 hot resources, with every fault (two client fault lanes) and
+//! the checker unchanged. Liveness rows judge each hot resource's acquisitions per second and
+//! the longest wait against a floor client of the same run (see [`Liveness`]);
+//! [`liveness_controls`] run a thundering-herd strawman, which they must flag, and fredlock
+//! polling, which they must not.
+//!
 //! # Cluster nodes
 //! With [`TortureConfig::cluster_shards`] (see [`TortureConfig::on_clusters`]), every lock node
 //! is a [`LocalCluster`](crate::LocalCluster) of that many shards, and fredlock routes each
