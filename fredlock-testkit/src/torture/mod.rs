@@ -105,8 +105,8 @@ mod worker;
 
 pub use controls::{cluster_controls, negative_controls, ControlResult};
 pub use fleet::{
-    liveness_controls, Floor, Live, Liveness, LivenessControl, FAULT_RATE_SHARE, FLEET_RETRY,
-    RATE_SHARE, WAIT_FACTOR,
+    liveness_controls, Floor, Live, Liveness, LivenessControl, CALIBRATION, FAULT_RATE_SHARE,
+    FLEET_RETRY, OUTAGE_GAP, RATE_SHARE, WAIT_FACTOR,
 };
 pub use report::{liveness_markdown, markdown, Report};
 pub use schedule::{fingerprint, random_seed, schedule, Episode, FaultKind, SlotMove};
