@@ -12,8 +12,10 @@ demo: redis-server
 test: redis-server
 	$(CARGO) test --workspace --all-features
 
-## make bench: latency and throughput against a raw fred floor, on local nodes; then elections
-## (bench_elect: 64 observer processes, handover, observer lag, idle cost, failover, priorities)
+## make bench: latency and throughput against a raw fred floor, on local nodes, then the fleet
+## table (P = 4, 16, 64 child processes on one lock, semaphore and election), then elections
+## (bench_elect: 64 observer processes, handover, observer lag, idle cost, failover, priorities).
+## BENCH_ARGS=--fleet-only: only the fleet table; BENCH_ARGS=--quick: shorter everything.
 bench: redis-server
 	$(CARGO) run --release --example bench -- $(BENCH_ARGS)
 	$(CARGO) run --release --example bench_elect
@@ -24,8 +26,10 @@ scheduler: redis-server
 
 ## make torture: fault-injection torture run with a safety checker: N=3 and N=5, each plain and in
 ## fencing mode, and N=3 Redis Clusters of 3 shards, plain and in fencing mode (semaphores in all),
-## plus the negative controls, then the election mode with observers and its control (SECS=600 in
-## all; SEED empty = a random seed, printed for replay).
+## plus a fleet run (32 Redlocks waiting for 3 hot resources, every fault, liveness rows judged
+## against a floor client of the same run), the negative controls and the liveness controls
+## (a thundering-herd strawman must be flagged), then the election mode with observers and its
+## control (SECS=600 in all; SEED empty = a random seed, printed for replay).
 ## Exit 1 on a violation or a control the checker missed.
 SECS ?= 600
 SEED ?=

@@ -37,6 +37,12 @@
 //!   redis-server saturated by a pipelined raw-RESP loader sending the cycle's commands (its
 //!   commands/s on one core), and the server memory per held lock key (INFO memory during (d)).
 //!
+//! - the FLEET table, last (alone with `-- --fleet-only`): P = 4, 16, 64 separate child
+//!   processes, each one client and one waiter, on one key, one 4-permit semaphore and one
+//!   leadership, for fredlock default, fredlock polling and rslock, with the targets
+//!   beside the figures; plus 16 waiters as tasks of one process against a tokio Mutex (see
+//!   `support/fleet/mod.rs` for the method).
+//!
 //! Method, because these machines are small (2 cores), shared and noisy:
 //! - every variant is warmed up first (connections, allocator, scripts cached, CPU caches);
 //! - the variants are interleaved: within a serial round, floor, fredlock and fredlock-with-a-
@@ -119,6 +125,9 @@ struct Plan {
     keepalive_rounds: usize,
     /// (n) serial cycles per variant per round for N = 3, 5, 7.
     n_cycles: usize,
+    /// The fleet table (P child processes on one lock); `--fleet-only` runs only that.
+    fleet: support::fleet::table::Plan,
+    fleet_only: bool,
 }
 
 impl Plan {
@@ -140,6 +149,8 @@ impl Plan {
             keepalive_ttl: Duration::from_secs(3),
             keepalive_rounds: 2,
             n_cycles: 1_000,
+            fleet: support::fleet::table::Plan::full(),
+            fleet_only: false,
         }
     }
 
@@ -161,6 +172,8 @@ impl Plan {
             keepalive_ttl: Duration::from_secs(2),
             keepalive_rounds: 1,
             n_cycles: 300,
+            fleet: support::fleet::table::Plan::quick(),
+            fleet_only: false,
         }
     }
 }
@@ -496,13 +509,15 @@ impl Series {
 }
 
 fn parse_args() -> Plan {
-    let usage = "usage: cargo run --release --example bench [-- [--quick] [--keepalive-locks N]]";
+    let usage =
+        "usage: cargo run --release --example bench [-- [--quick] [--fleet-only] [--keepalive-locks N]]";
     let mut plan = Plan::full();
-    let mut locks = None;
+    let (mut locks, mut fleet_only) = (None, false);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => plan = Plan::quick(),
+            "--fleet-only" => fleet_only = true,
             "--keepalive-locks" => match args.next().and_then(|n| n.parse().ok()) {
                 Some(n) => locks = Some(n),
                 None => {
@@ -523,6 +538,7 @@ fn parse_args() -> Plan {
     if let Some(n) = locks {
         plan.keepalive_locks = n;
     }
+    plan.fleet_only = fleet_only;
     plan
 }
 
@@ -1315,8 +1331,18 @@ async fn scaling_rounds(plan: &Plan, run: &str) -> Vec<(usize, Series, Series)> 
         .collect()
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    if support::fleet::run_if_child() {
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(bench());
+}
+
+async fn bench() {
     if run_if_child().await {
         return;
     }
@@ -1344,6 +1370,15 @@ async fn main() {
     // Keys unique to this run: leftovers of an aborted run on external nodes (alive for a TTL)
     // cannot make an acquire wait or fail.
     let run = format!("bench:{}", std::process::id());
+    if plan.fleet_only {
+        println!("machine: nproc={nproc}, {redis_version}, {date}");
+        println!("fredlock {} (git {git})", env!("CARGO_PKG_VERSION"));
+        println!("command: `{command}`");
+        support::fleet::table::measure(&urls, &run, &plan.fleet)
+            .await
+            .print(nproc);
+        return;
+    }
     let (serial_res, silent_res, stalled_res, tput_prefix) = (
         format!("{run}:serial"),
         format!("{run}:silent"),
@@ -1994,4 +2029,8 @@ async fn main() {
         measured_for.as_secs_f64(),
         blackhole.connections()
     );
+    // The fleet table last: its children are processes of their own.
+    support::fleet::table::measure(&urls, &run, &plan.fleet)
+        .await
+        .print(nproc);
 }

@@ -3,7 +3,7 @@
 //! violation.
 //!
 //! ```text
-//! make torture SECS=600 SEED=12345        # six runs of 100 s, then the controls
+//! make torture SECS=600 SEED=12345        # seven runs of 85 s (the last: fleet), then the controls
 //! cargo run --release --example torture -- --secs 120 --seed 7
 //! cargo run --release --example torture -- --secs 60 --nodes 5 --clients 6 --resources 2
 //! cargo run --release --example torture -- --mode cluster-plain --secs 120 --seed 7
@@ -13,7 +13,11 @@
 //! nodes, fenced locks and registers), `both` (those two), `cluster-plain` and
 //! `cluster-fencing` (every node a Redis Cluster of `--shards` shards, 3 by default: the shards
 //! are killed, frozen, have their connections reset and their slots migrated, see
-//! `TortureConfig::cluster_shards`), `cluster` (those two), and `all` (the four; the default).
+//! `TortureConfig::cluster_shards`), `cluster` (those two), `fleet` (32 clients, each its own
+//! `Redlock`, waiting for 3 hot resources under every fault, with liveness rows judged against
+//! a floor client of the same run, then the liveness controls: a thundering-herd strawman that
+//! must be flagged and fredlock polling that must not; see `TortureConfig::fleet`), and `all`
+//! (the five; the default).
 //! Without `--nodes`, plain nodes run with 3 nodes and with 5, clusters with 3; the time is split
 //! evenly between the runs. Semaphore permits are part of every run. Without
 //! `--clients`/`--resources`, 40 clients share 30 resources (about 10,000 checked grants a
@@ -32,6 +36,11 @@ use fredlock_testkit::torture::{self, TortureConfig};
 /// grants in 10 minutes, few enough that the 2-core machine's timers stay on time.
 const LONG_RUN_CLIENTS: usize = 40;
 const LONG_RUN_RESOURCES: usize = 30;
+/// The liveness controls: as many clients on as many hot resources as the fleet run, each
+/// contender for this long.
+const FLEET_CLIENTS: usize = 32;
+const FLEET_RESOURCES: usize = 3;
+const FLEET_CONTROL: Duration = Duration::from_secs(10);
 
 struct Args {
     secs: u64,
@@ -41,8 +50,12 @@ struct Args {
     resources: Option<usize>,
     /// Print where the clients' time went, by operation kind.
     profile: bool,
+    /// The clients poll (`wake_on_release(false)`).
+    no_wake: bool,
     /// Which kinds of run: (cluster nodes, fencing).
     modes: Vec<(bool, bool)>,
+    /// Also the fleet run and its liveness controls.
+    fleet: bool,
     /// Shards per cluster node.
     shards: usize,
     /// `--mode` as given, for the replay command.
@@ -70,11 +83,14 @@ fn replay_all(args: &Args, seed: u64) -> String {
             cmd.push_str(&format!(" {flag} {v}"));
         }
     }
+    if args.no_wake {
+        cmd.push_str(" --no-wake");
+    }
     cmd
 }
 
 const USAGE: &str =
-    "usage: torture [--secs N] [--seed S] [--nodes 3|5] [--clients K] [--resources M] [--mode all|both|plain|fencing|cluster|cluster-plain|cluster-fencing] [--shards S] [--profile]";
+    "usage: torture [--secs N] [--seed S] [--nodes 3|5] [--clients K] [--resources M] [--mode all|both|plain|fencing|cluster|cluster-plain|cluster-fencing|fleet] [--shards S] [--profile] [--no-wake]";
 
 /// Plain nodes without and with fencing.
 const PLAIN_MODES: [(bool, bool); 2] = [(false, false), (false, true)];
@@ -89,7 +105,9 @@ fn parse_args() -> Result<Args, String> {
         clients: None,
         resources: None,
         profile: false,
+        no_wake: false,
         modes: PLAIN_MODES.into_iter().chain(CLUSTER_MODES).collect(),
+        fleet: true,
         shards: 3,
         mode_name: None,
     };
@@ -106,6 +124,10 @@ fn parse_args() -> Result<Args, String> {
         }
         if flag == "--profile" {
             args.profile = true;
+            continue;
+        }
+        if flag == "--no-wake" {
+            args.no_wake = true;
             continue;
         }
         let value = match inline {
@@ -133,7 +155,9 @@ fn parse_args() -> Result<Args, String> {
             "--resources" => args.resources = Some((number("--resources")? as usize).max(1)),
             "--mode" => {
                 args.mode_name = Some(value.clone());
+                args.fleet = matches!(value.as_str(), "all" | "fleet");
                 args.modes = match value.as_str() {
+                    "fleet" => Vec::new(),
                     "all" => PLAIN_MODES.into_iter().chain(CLUSTER_MODES).collect(),
                     "both" => PLAIN_MODES.to_vec(),
                     "plain" => vec![(false, false)],
@@ -143,7 +167,7 @@ fn parse_args() -> Result<Args, String> {
                     "cluster-fencing" => vec![(true, true)],
                     other => {
                         return Err(format!(
-                            "--mode must be all, both, plain, fencing, cluster, cluster-plain or cluster-fencing, not {other:?}"
+                            "--mode must be all, both, plain, fencing, cluster, cluster-plain, cluster-fencing or fleet, not {other:?}"
                         ))
                     }
                 }
@@ -189,8 +213,8 @@ async fn main() -> ExitCode {
     for &n in &cluster_counts {
         runs.extend(args.modes.iter().filter(|m| m.0).map(|&m| (n, m)));
     }
-    let per_run = Duration::from_secs(args.secs / runs.len() as u64);
-    let configs: Vec<TortureConfig> = runs
+    let per_run = Duration::from_secs(args.secs / (runs.len() + usize::from(args.fleet)) as u64);
+    let mut configs: Vec<TortureConfig> = runs
         .iter()
         .map(|&(n, (cluster, fencing))| {
             let mut config = TortureConfig::new(n, seed, per_run);
@@ -198,11 +222,19 @@ async fn main() -> ExitCode {
                 config = config.on_clusters(args.shards);
             }
             config.fencing = fencing;
+            config.wake_on_release = !args.no_wake;
             config.clients = args.clients.unwrap_or(LONG_RUN_CLIENTS);
             config.resources = args.resources.unwrap_or(LONG_RUN_RESOURCES);
             config
         })
         .collect();
+    if args.fleet {
+        let mut fleet = TortureConfig::fleet(args.nodes.unwrap_or(3), seed, per_run);
+        fleet.clients = args.clients.unwrap_or(fleet.clients);
+        fleet.resources = args.resources.unwrap_or(fleet.resources);
+        fleet.wake_on_release = !args.no_wake;
+        configs.push(fleet);
+    }
     let labels: Vec<String> = configs.iter().map(TortureConfig::label).collect();
     println!(
         "torture: seed {seed}, {} s per run, runs {labels:?} (replay all: `{}`)",
@@ -251,9 +283,26 @@ async fn main() -> ExitCode {
     if any_cluster {
         controls.extend(torture::cluster_controls(args.shards).await);
     }
+    let liveness = match args.fleet {
+        true => {
+            eprintln!("torture: liveness controls ...");
+            match torture::liveness_controls(FLEET_CLIENTS, FLEET_RESOURCES, FLEET_CONTROL).await {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("torture: the liveness controls could not run: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        false => Vec::new(),
+    };
     println!("{}", torture::markdown(&reports, &controls));
+    if !liveness.is_empty() {
+        println!("{}", torture::liveness_markdown(&liveness));
+    }
     let violations: usize = reports.iter().map(|r| r.violations()).sum();
-    let failed_controls = controls.iter().filter(|c| !c.pass).count();
+    let failed_controls =
+        controls.iter().filter(|c| !c.pass).count() + liveness.iter().filter(|c| !c.pass).count();
     println!(
         "torture: seed {seed}: {violations} violation(s) in the main runs, {failed_controls} negative control(s) failed"
     );

@@ -52,11 +52,8 @@ pub enum Hold {
 impl Hold {
     pub async fn hold(self) {
         match self {
-            Hold::Precise => {
-                tokio::task::spawn_blocking(|| std::thread::sleep(HOLD))
-                    .await
-                    .expect("hold");
-            }
+            // The fleet table's hold: a thread sleep, then a spin to exactly 1 ms.
+            Hold::Precise => super::fleet::precise_hold().await,
             Hold::Tokio => tokio::time::sleep(HOLD).await,
         }
     }

@@ -9,10 +9,19 @@
 //! [`NaiveFencing`] hands out fencing tokens as "INCR the counter on every node that granted,
 //! take the largest": different majorities advance different counters, so a token repeats
 //! (N = 3, grants on nodes {0,1}, {0,2}, {0,1}, {1,2} give tokens 1, 2, 3, 3).
+//!
+//! [`HerdLock`] is safe and not live: every release (a holder's, and the clean-up of every
+//! attempt that lost) publishes on the key's channel, and EVERY waiting client is subscribed
+//! and retries on every message: a thundering herd, whose losing attempts clean up and publish
+//! again, so the storm lasts as long as anyone waits. The fleet liveness rows must flag it.
 
 use fredlock::fred::clients::Client;
-use fredlock::fred::prelude::{LuaInterface, Options};
+use fredlock::fred::interfaces::{ClientLike, EventInterface, KeysInterface, PubsubInterface};
+use fredlock::fred::prelude::{Config, Expiration, LuaInterface, Options, SetOptions};
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// Admit ARGV[1] into the set KEYS[1] while it has fewer than ARGV[2] members; expire the set
 /// after ARGV[3] ms. Reply 1 admitted, 0 full.
@@ -117,4 +126,141 @@ async fn futures_admitted<F: std::future::Future<Output = bool>>(
         n += usize::from(call.await);
     }
     n
+}
+
+/// Delete KEYS[1] if it holds ARGV[1] and say so on the channel KEYS[1] (everyone listens).
+const HERD_RELEASE: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', KEYS[1], ARGV[1])
+  return 1
+end
+return 0
+"#;
+
+/// Bound on one command of the herd (a node that does not answer counts as a refusal).
+const HERD_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// A Redlock-style lock whose every release wakes every waiter of every client: a thundering
+/// herd (see the module docs). For the fleet liveness control only.
+pub struct HerdLock {
+    nodes: Vec<Client>,
+    subscribers: Vec<Client>,
+    /// Bumped by every message on any channel: each waiter retries on every change.
+    woken: watch::Receiver<u64>,
+    _bump: Arc<watch::Sender<u64>>,
+    /// Fallback pause when no message comes (a holder whose key expired).
+    fallback: Duration,
+}
+
+impl HerdLock {
+    /// Connects one command client and one subscriber per node URL, subscribed to the keys of
+    /// `resources` (the key is `herd:<resource>`, its channel the same).
+    pub async fn connect(
+        urls: &[String],
+        resources: &[String],
+        fallback: Duration,
+    ) -> Result<HerdLock, fredlock::fred::error::Error> {
+        let (bump, woken) = watch::channel(0u64);
+        let bump = Arc::new(bump);
+        let (mut nodes, mut subscribers) = (Vec::new(), Vec::new());
+        for url in urls {
+            let node = Client::new(Config::from_url(url)?, None, None, None);
+            node.init().await?;
+            nodes.push(node);
+            let sub = Client::new(Config::from_url(url)?, None, None, None);
+            sub.init().await?;
+            let mut rx = sub.message_rx();
+            let bump = bump.clone();
+            tokio::spawn(async move {
+                while rx.recv().await.is_ok() {
+                    bump.send_modify(|n| *n += 1);
+                }
+            });
+            for r in resources {
+                sub.subscribe(Self::key(r)).await?;
+            }
+            subscribers.push(sub);
+        }
+        Ok(HerdLock {
+            nodes,
+            subscribers,
+            woken,
+            _bump: bump,
+            fallback,
+        })
+    }
+
+    fn key(resource: &str) -> String {
+        format!("herd:{resource}")
+    }
+
+    /// Waits for `resource` until `give_up`: `SET NX PX` on every node, granted on a quorum;
+    /// otherwise releases what it set (which publishes) and retries at the next message on any
+    /// channel (or after the fallback pause). Returns the token, or `None` at `give_up`.
+    pub async fn acquire(
+        &mut self,
+        resource: &str,
+        ttl: Duration,
+        give_up: Instant,
+    ) -> Option<String> {
+        let key = Self::key(resource);
+        loop {
+            let token = format!("{:032x}", rand::random::<u128>());
+            let mut sets = tokio::task::JoinSet::new();
+            for c in &self.nodes {
+                let (c, key, token) = (c.clone(), key.clone(), token.clone());
+                let px = Expiration::PX(ttl.as_millis() as i64);
+                sets.spawn(async move {
+                    let set = c.set::<Option<String>, _, _>(
+                        key,
+                        token,
+                        Some(px),
+                        Some(SetOptions::NX),
+                        false,
+                    );
+                    matches!(
+                        tokio::time::timeout(HERD_TIMEOUT, set).await,
+                        Ok(Ok(Some(_)))
+                    )
+                });
+            }
+            let votes = sets.join_all().await.into_iter().filter(|&v| v).count();
+            if votes > self.nodes.len() / 2 {
+                return Some(token);
+            }
+            self.woken.borrow_and_update();
+            self.release(resource, &token).await;
+            if Instant::now() >= give_up {
+                return None;
+            }
+            let pause = tokio::time::sleep(self.fallback);
+            tokio::select! {
+                _ = self.woken.changed() => {}
+                () = pause => {}
+                () = tokio::time::sleep_until(give_up) => return None,
+            }
+        }
+    }
+
+    /// Deletes `token`'s key on every node where it is still there, publishing each time.
+    pub async fn release(&self, resource: &str, token: &str) {
+        let key = Self::key(resource);
+        let mut calls = tokio::task::JoinSet::new();
+        for c in &self.nodes {
+            let (c, key, token) = (c.clone(), key.clone(), token.to_string());
+            calls.spawn(async move {
+                let call = c.eval::<i64, _, _, _>(HERD_RELEASE, vec![key], vec![token]);
+                let _ = tokio::time::timeout(HERD_TIMEOUT, call).await;
+            });
+        }
+        calls.join_all().await;
+    }
+
+    /// Quits every connection.
+    pub async fn close(&self) {
+        for c in self.nodes.iter().chain(&self.subscribers) {
+            let _ = c.quit().await;
+        }
+    }
 }

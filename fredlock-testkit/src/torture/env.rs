@@ -265,6 +265,7 @@ async fn client_redlocks(
                 .retry(config.retry)
                 .drift_factor(config.drift_factor)
                 .fencing_tokens(fencing)
+                .wake_on_release(config.wake_on_release)
                 .build()
         };
         let redlock = build(false).await.map_err(io_err)?;

@@ -57,6 +57,14 @@
 //! ([`TortureConfig::fencing`]: durable nodes), a fenced lock whose holder writes its token to a
 //! fenced register on the data node, sometimes only after stalling past its deadline.
 //!
+//! # Fleet mode
+//! With [`TortureConfig::fleet`], 32 clients (each its own `Redlock`, proxies, connections and
+//! subscribers) mostly WAIT for 3 hot resources, with every fault (two client fault lanes) and
+//! the checker unchanged. Liveness rows judge each hot resource's acquisitions per second and
+//! the longest wait against a floor client of the same run (see [`Liveness`]);
+//! [`liveness_controls`] run a thundering-herd strawman, which they must flag, and fredlock
+//! polling, which they must not.
+//!
 //! # Cluster nodes
 //! With [`TortureConfig::cluster_shards`] (see [`TortureConfig::on_clusters`]), every lock node
 //! is a [`LocalCluster`](crate::LocalCluster) of that many shards, and fredlock routes each
@@ -88,6 +96,7 @@ mod controls;
 pub mod election;
 mod env;
 mod faults;
+mod fleet;
 mod mode_controls;
 mod nodes;
 mod report;
@@ -96,7 +105,11 @@ mod stats;
 mod worker;
 
 pub use controls::{cluster_controls, negative_controls, ControlResult};
-pub use report::{markdown, Report};
+pub use fleet::{
+    liveness_controls, Floor, Live, Liveness, LivenessControl, CALIBRATION, FAULT_RATE_SHARE,
+    FLEET_RETRY, OUTAGE_GAP, RATE_SHARE, WAIT_FACTOR,
+};
+pub use report::{liveness_markdown, markdown, Report};
 pub use schedule::{fingerprint, random_seed, schedule, Episode, FaultKind, SlotMove};
 pub use stats::Stats;
 
@@ -160,6 +173,12 @@ pub struct TortureConfig {
     /// [`FaultKind::CLUSTER`]; `None`: plain redis-servers behind every client's proxies. Set it
     /// with [`on_clusters`](Self::on_clusters).
     pub cluster_shards: Option<usize>,
+    /// Fleet mode (see [`fleet`](Self::fleet)): the clients mostly WAIT for the hot resources,
+    /// and the run judges liveness beside safety (see [`Liveness`]).
+    pub fleet: bool,
+    /// The clients' [`wake_on_release`](fredlock::Builder::wake_on_release) (default on, as
+    /// the library's); off, they poll.
+    pub wake_on_release: bool,
 }
 
 impl TortureConfig {
@@ -186,7 +205,24 @@ impl TortureConfig {
             },
             fencing: false,
             cluster_shards: None,
+            fleet: false,
+            wake_on_release: true,
         }
+    }
+
+    /// Fleet mode on `nodes` plain nodes: 32 clients (each its own `Redlock`, with its own
+    /// proxies, connections and subscribers) waiting for 3 hot resources with the retry of
+    /// [`FLEET_RETRY`], every fault; the operations are mostly waiting acquires with a critical
+    /// section (plus cancelled acquires, try_acquire and semaphore permits). Besides the safety
+    /// checks, the report's liveness rows judge the hot resources' rates and the longest wait
+    /// against a floor client measured in the same run ([`Liveness`]).
+    pub fn fleet(nodes: usize, seed: u64, duration: Duration) -> TortureConfig {
+        let mut config = TortureConfig::new(nodes, seed, duration);
+        config.clients = 32;
+        config.resources = 3;
+        config.retry = FLEET_RETRY;
+        config.fleet = true;
+        config
     }
 
     /// The same run in fencing mode (see [`fencing`](Self::fencing)).
@@ -215,9 +251,18 @@ impl TortureConfig {
     /// The run's name in reports: `N=3`, `N=3, fencing`, `N=3 clusters of 3 shards`, ...
     pub fn label(&self) -> String {
         let fenced = if self.fencing { ", fencing" } else { "" };
+        let fleet = match (self.fleet, self.wake_on_release) {
+            (true, true) => ", fleet",
+            (true, false) => ", fleet, polling",
+            (false, true) => "",
+            (false, false) => ", polling",
+        };
         match self.cluster_shards {
-            Some(shards) => format!("N={} clusters of {shards} shards{fenced}", self.nodes),
-            None => format!("N={}{fenced}", self.nodes),
+            Some(shards) => format!(
+                "N={} clusters of {shards} shards{fenced}{fleet}",
+                self.nodes
+            ),
+            None => format!("N={}{fenced}{fleet}", self.nodes),
         }
     }
 
@@ -230,6 +275,7 @@ impl TortureConfig {
     /// alone, for its whole duration.
     pub fn replay_command(&self) -> String {
         let mode = match (self.cluster_shards.is_some(), self.fencing) {
+            _ if self.fleet => "fleet",
             (false, false) => "plain",
             (false, true) => "fencing",
             (true, false) => "cluster-plain",
@@ -238,8 +284,13 @@ impl TortureConfig {
         let shards = self
             .cluster_shards
             .map_or(String::new(), |s| format!(" --shards {s}"));
+        let polling = if self.wake_on_release {
+            ""
+        } else {
+            " --no-wake"
+        };
         format!(
-            "cargo run --release --example torture -- --secs {} --seed {} --nodes {} --clients {} --resources {} --mode {mode}{shards}",
+            "cargo run --release --example torture -- --secs {} --seed {} --nodes {} --clients {} --resources {} --mode {mode}{shards}{polling}",
             self.duration.as_secs(),
             self.seed,
             self.nodes,
@@ -248,12 +299,17 @@ impl TortureConfig {
         )
     }
 
-    /// Lanes of per-client network faults: one per 4 clients, at least 2 (each lane faults
+    /// Lanes of per-client network faults: one per 4 clients, at least 2 (fleet mode: 2; each lane faults
     /// one of its own clients at a time, or all of them for latency). None on cluster nodes,
     /// which have no proxies.
     pub fn client_lanes(&self) -> usize {
         if self.cluster_shards.is_some() {
             return 0;
+        }
+        if self.fleet {
+            // Two clients of the fleet faulted at a time: every kind of fault, without most
+            // clients' links faulted at once (that would measure the faults, not hand-overs).
+            return 2.min(self.clients);
         }
         (self.clients / 4).max(2).min(self.clients)
     }
@@ -285,10 +341,20 @@ pub async fn run(config: TortureConfig) -> io::Result<Report> {
     let wall = Instant::now();
     let episodes = schedule(&config);
     let nodes = Nodes::start(&config).await?;
+    let floor_urls = nodes.urls();
     let data_node = LocalNodes::start(1).await?;
     let checker = Arc::new(Checker::new(config.drift_factor));
     let (env, redlocks) = Env::start(&config, nodes, checker.clone()).await?;
 
+    // Fleet mode: the floor client calibrates alone before anything else starts.
+    let floor_client = match config.fleet {
+        true => {
+            let redlock = floor_redlock(&config, floor_urls).await?;
+            let solo = fleet::calibrate(&redlock, "floor", config.ttl_max).await;
+            Some((redlock, solo))
+        }
+        false => None,
+    };
     let start = Instant::now();
     let stop_at = start + config.duration;
     checker.event(format!(
@@ -301,12 +367,27 @@ pub async fn run(config: TortureConfig) -> io::Result<Report> {
     ));
     let lanes = spawn_lanes(&env, &episodes, start);
     let workers = spawn_workers(&env, redlocks, &data_node.url(0), stop_at).await?;
+    let floor = floor_client.map(|(redlock, solo)| {
+        let lane = fleet::floor_lane(redlock, "floor".into(), config.ttl_max, solo, stop_at);
+        tokio::spawn(lane)
+    });
     // The scheduler probe: on a loaded machine every timer fires late by about this much.
     let probe = tokio::spawn(timer_probe(stop_at));
     tokio::time::sleep_until(stop_at).await;
     checker.event("clients stop (each finishes its operation, then releases its stale locks)");
     let timer_lateness = probe.await.unwrap_or_default();
     let stats = join_workers(&checker, workers).await;
+    let liveness = match floor {
+        Some(floor) => Some(Liveness::judge(
+            config.label(),
+            &stats.live,
+            floor.await.map_err(env::io_err)?,
+            (config.resources, config.clients),
+            config.duration,
+            fleet::FAULT_RATE_SHARE,
+        )),
+        None => None,
+    };
     let injected = join_lanes(&checker, lanes).await;
     // Everything passes again, every node runs (defensive: the lanes already restored them).
     let all_clients: Vec<usize> = (0..config.clients).collect();
@@ -332,7 +413,21 @@ pub async fn run(config: TortureConfig) -> io::Result<Report> {
         wall: wall.elapsed(),
         leftover_keys,
         timer_lateness,
+        liveness,
     })
+}
+
+/// Fleet mode's floor client: straight on the nodes (no proxy: only node faults reach it),
+/// with the clients' node timeout and retry.
+async fn floor_redlock(config: &TortureConfig, urls: Vec<String>) -> io::Result<fredlock::Redlock> {
+    fredlock::Redlock::builder()
+        .nodes(urls)
+        .node_timeout(config.node_timeout)
+        .retry(config.retry)
+        .drift_factor(config.drift_factor)
+        .build()
+        .await
+        .map_err(env::io_err)
 }
 
 /// The worst wake-up delay of a task sleeping 5 ms at a time until `stop_at`: how late any

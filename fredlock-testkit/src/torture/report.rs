@@ -39,6 +39,8 @@ pub struct Report {
     /// The worst wake-up delay of a probe task sleeping 5 ms at a time during the run: how late
     /// ANY timer of this process could fire (the yardstick for the lost-signal lateness).
     pub timer_lateness: Duration,
+    /// Fleet mode: the liveness rows' verdict (see [`Liveness`](super::Liveness)).
+    pub liveness: Option<super::Liveness>,
 }
 
 impl Report {
@@ -75,6 +77,7 @@ pub fn markdown(runs: &[Report], controls: &[ControlResult]) -> String {
         probe_rows(&mut table);
         fault_and_violation_rows(&mut table);
         timing_and_note_rows(&mut table);
+        liveness_rows(&mut table);
         write_table(&mut out, table);
         write_details(&mut out, runs);
     }
@@ -310,6 +313,44 @@ fn timing_and_note_rows(t: &mut Table) {
         "lock keys left at the end (all expiring within TTL)",
         &|r| r.leftover_keys.to_string(),
     );
+}
+
+/// Fleet mode's liveness rows (only when a run is in fleet mode).
+fn liveness_rows(t: &mut Table) {
+    if t.runs.iter().all(|r| r.liveness.is_none()) {
+        return;
+    }
+    let names = [
+        "fleet liveness: acquisitions/s per hot resource (floor: the same run's uncontended client)",
+        "fleet liveness: longest wait (floor: a fair turn for every waiter + the run's worst outage)",
+        "fleet liveness: verdict",
+    ];
+    for (i, name) in names.into_iter().enumerate() {
+        t.row(name, &move |r| {
+            r.liveness
+                .as_ref()
+                .map_or("-".into(), |l| l.cells()[i].clone())
+        });
+    }
+}
+
+/// The liveness controls' table: each contender, its rows and whether the verdict is the one
+/// expected.
+pub fn liveness_markdown(controls: &[super::LivenessControl]) -> String {
+    let mut out = String::from(
+        "\n| liveness control | acquisitions/s per hot resource | longest wait | verdict | expected | result |\n|---|---|---|---|---|---|\n",
+    );
+    for c in controls {
+        let [rates, wait, verdict] = c.liveness.cells();
+        let _ = writeln!(
+            out,
+            "| {} | {rates} | {wait} | {verdict} | {} | {} |",
+            c.liveness.label,
+            if c.expect_flagged { "flagged" } else { "live" },
+            if c.pass { "PASS" } else { "**FAIL**" }
+        );
+    }
+    out
 }
 
 /// The table itself, one column per run.

@@ -78,6 +78,8 @@ pub struct Stats {
     pub ops: BTreeMap<&'static str, u64>,
     /// Client time by operation kind (think time included), split by whether it got a grant.
     pub op_time: BTreeMap<(&'static str, bool), Duration>,
+    /// Fleet mode: the hot resources' grants and waits (see [`Liveness`](super::Liveness)).
+    pub live: super::Live,
 }
 
 impl Stats {
@@ -124,6 +126,7 @@ impl Stats {
         for (k, v) in &o.op_time {
             *self.op_time.entry(*k).or_default() += *v;
         }
+        self.live.merge(&o.live);
     }
 
     /// Counts an acquire outcome; returns the lock if granted.

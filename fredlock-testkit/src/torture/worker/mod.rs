@@ -90,6 +90,16 @@ const OP_WEIGHTS: [(OpKind, u32); 13] = [
     (OpKind::Fenced, 8),
 ];
 
+/// Fleet mode: mostly waiting acquires of the hot resources, plus cancelled acquires,
+/// try_acquire and semaphore permits (nothing that holds a hot resource for long: the liveness
+/// rows measure hand-overs).
+const FLEET_WEIGHTS: [(OpKind, u32); 4] = [
+    (OpKind::Acquire, 75),
+    (OpKind::TryAcquire, 5),
+    (OpKind::Cancel, 10),
+    (OpKind::Permit, 10),
+];
+
 /// One operation, drawn entirely up front with a fixed number of draws per operation, so that
 /// a client's sequence of operations depends on its seed alone, not on what happened at run
 /// time.
@@ -111,7 +121,10 @@ struct Op {
 }
 
 fn draw_op(rng: &mut StdRng, config: &TortureConfig) -> Op {
-    let kind = pick_weighted(rng, &OP_WEIGHTS);
+    let kind = match config.fleet {
+        true => pick_weighted(rng, &FLEET_WEIGHTS),
+        false => pick_weighted(rng, &OP_WEIGHTS),
+    };
     let m = config.resources.max(1);
     let a = rng.random_range(0..m);
     let x = rng.random_range(0..m.max(2) - 1);

@@ -20,12 +20,18 @@ const MAX_STALE: usize = 4;
 impl Worker {
     pub(super) async fn op_acquire(&mut self, op: &Op, try_only: bool) {
         let r = self.resource(op.resources[0]);
+        let called_at = Instant::now();
         let res = if try_only {
             self.redlock.try_acquire(r.as_str(), op.ttl).await
         } else {
             self.redlock.acquire(r.as_str(), op.ttl).await.map(Some)
         };
         let granted_at = Instant::now();
+        if !try_only {
+            // Gave up: waited out its retry budget while others held the resource.
+            let gave_up = matches!(res, Err(fredlock::Error::Contended { .. }));
+            self.stats.live.waited(granted_at - called_at, !gave_up);
+        }
         let Some(mut lock) = self.outcome(res) else {
             return;
         };
@@ -47,6 +53,8 @@ impl Worker {
             self.increment(g, &r, pause, || lock.remaining() >= guard)
                 .await;
         }
+        let index = op.resources[0] % self.env.resources.len();
+        self.stats.live.granted(index, granted_at.elapsed());
         self.release(g, lock).await;
     }
 

@@ -1,0 +1,205 @@
+//! What a fleet child does: build its client, warm it up on a key of its own, say `READY`,
+//! wait for the parent's window, contend inside it, report.
+
+use std::time::{Duration, Instant};
+
+use fredlock::Redlock;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use super::super::{process_cpu, waiters};
+use super::{precise_hold, unix_ns, ChildResult, Client, Work, PERMITS, TERM, TTL};
+
+/// The window the parent sent, as this process's instants.
+struct Window {
+    start: tokio::time::Instant,
+    end: tokio::time::Instant,
+}
+
+/// The instant of `unix_ns` on this process's monotonic clock.
+fn instant_of(unix_ns_at: u64) -> tokio::time::Instant {
+    let (now, now_ns) = (tokio::time::Instant::now(), unix_ns());
+    match unix_ns_at.checked_sub(now_ns) {
+        Some(ahead) => now + Duration::from_nanos(ahead),
+        None => now
+            .checked_sub(Duration::from_nanos(now_ns - unix_ns_at))
+            .unwrap_or(now),
+    }
+}
+
+/// Reads `GO start end` from the parent.
+async fn window() -> Window {
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let line = lines
+        .next_line()
+        .await
+        .expect("read the parent")
+        .expect("a GO line from the parent");
+    let v: Vec<u64> = line
+        .strip_prefix("GO ")
+        .expect("GO start end")
+        .split(' ')
+        .map(|n| n.parse().expect("a number"))
+        .collect();
+    Window {
+        start: instant_of(v[0]),
+        end: instant_of(v[1]),
+    }
+}
+
+/// fredlock's client for `client` (default settings but the retry: unbounded, every 5 ms plus
+/// up to 5 ms of jitter, as in the measurements).
+async fn redlock(urls: &[String], client: Client) -> Redlock {
+    Redlock::builder()
+        .nodes(urls.to_vec())
+        .retry(waiters::RETRY)
+        .wake_on_release(client == Client::Default)
+        .build()
+        .await
+        .expect("build a Redlock")
+}
+
+/// The contender of one workload, built and warmed up.
+enum Contender {
+    Lock(Redlock),
+    Permits(Redlock, fredlock::Semaphore),
+    Rslock(rslock::LockManager),
+}
+
+impl Contender {
+    async fn build(work: Work, client: Client, urls: &[String], key: &str, index: usize) -> Self {
+        let warm = format!("{key}:warm:{index}");
+        if client == Client::Rslock {
+            let manager = waiters::rslock(urls);
+            let lock = manager
+                .acquire_no_guard(warm.as_bytes(), TTL)
+                .await
+                .expect("rslock warm-up");
+            manager.unlock(&lock).await;
+            return Contender::Rslock(manager);
+        }
+        let redlock = redlock(urls, client).await;
+        if work == Work::Semaphore {
+            let own = redlock.semaphore(warm, PERMITS).expect("a semaphore");
+            own.acquire(TTL)
+                .await
+                .expect("warm-up")
+                .release()
+                .await
+                .expect("warm-up");
+            let shared = redlock.semaphore(key, PERMITS).expect("a semaphore");
+            return Contender::Permits(redlock, shared);
+        }
+        let lock = redlock.acquire(warm.as_str(), TTL).await.expect("warm-up");
+        lock.release().await.expect("warm-up");
+        Contender::Lock(redlock)
+    }
+
+    /// One acquisition, held [`HOLD`](super::HOLD) and released; its wait, or `None` when the
+    /// window ended first (the acquire is then dropped).
+    async fn cycle(&self, key: &str, end: tokio::time::Instant) -> Option<Duration> {
+        let t0 = Instant::now();
+        match self {
+            Contender::Lock(r) => {
+                let lock = tokio::time::timeout_at(end, r.acquire(key, TTL))
+                    .await
+                    .ok()?
+                    .expect("acquire");
+                let waited = t0.elapsed();
+                precise_hold().await;
+                lock.release().await.expect("release");
+                Some(waited)
+            }
+            Contender::Permits(_, s) => {
+                let permit = tokio::time::timeout_at(end, s.acquire(TTL))
+                    .await
+                    .ok()?
+                    .expect("a permit");
+                let waited = t0.elapsed();
+                precise_hold().await;
+                permit.release().await.expect("release a permit");
+                Some(waited)
+            }
+            Contender::Rslock(m) => {
+                let lock = tokio::time::timeout_at(end, m.acquire_no_guard(key.as_bytes(), TTL))
+                    .await
+                    .ok()?
+                    .expect("rslock acquire");
+                let waited = t0.elapsed();
+                precise_hold().await;
+                m.unlock(&lock).await;
+                Some(waited)
+            }
+        }
+    }
+}
+
+/// Runs a child to the end of its window and returns its result.
+pub async fn run(
+    work: Work,
+    client: Client,
+    urls: &[String],
+    key: &str,
+    index: usize,
+) -> ChildResult {
+    let contender = match work {
+        Work::Election => None,
+        _ => Some(Contender::build(work, client, urls, key, index).await),
+    };
+    let elector = match work {
+        Work::Election => Some(warm_elector(urls, client, key, index).await),
+        _ => None,
+    };
+    println!("READY");
+    let w = window().await;
+    tokio::time::sleep_until(w.start).await;
+    let cpu0 = process_cpu();
+    let mut result = match (&contender, &elector) {
+        (Some(c), _) => contend(c, key, w.end).await,
+        (_, Some(r)) => campaign(r, key, w.end).await,
+        _ => unreachable!("a contender or an elector"),
+    };
+    result.cpu_ms = process_cpu()
+        .zip(cpu0)
+        .map_or(0, |(b, a)| b.saturating_sub(a).as_millis() as u64);
+    result
+}
+
+async fn contend(contender: &Contender, key: &str, end: tokio::time::Instant) -> ChildResult {
+    let mut result = ChildResult::default();
+    while tokio::time::Instant::now() < end {
+        let Some(waited) = contender.cycle(key, end).await else {
+            break;
+        };
+        result.acquired += 1;
+        result.waits_us.push(waited.as_micros() as u64);
+    }
+    result
+}
+
+async fn warm_elector(urls: &[String], client: Client, key: &str, index: usize) -> Redlock {
+    let redlock = redlock(urls, client).await;
+    let warm = format!("{key}:warm:{index}");
+    let lock = redlock.acquire(warm.as_str(), TTL).await.expect("warm-up");
+    lock.release().await.expect("warm-up");
+    redlock
+}
+
+/// Campaigns until `end`: each term held [`TERM`], then resigned, then a new campaign.
+async fn campaign(redlock: &Redlock, key: &str, end: tokio::time::Instant) -> ChildResult {
+    let mut result = ChildResult::default();
+    while tokio::time::Instant::now() < end {
+        let election = redlock.elect(key, TTL).expect("elect");
+        let Ok(_term) = tokio::time::timeout_at(end, election.leader()).await else {
+            election.resign().await;
+            break;
+        };
+        let began = unix_ns();
+        tokio::time::sleep(TERM).await;
+        let resigned = unix_ns();
+        election.resign().await;
+        result.acquired += 1;
+        result.terms.push((began, resigned));
+        tokio::time::sleep(TERM / 2).await;
+    }
+    result
+}

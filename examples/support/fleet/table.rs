@@ -1,0 +1,292 @@
+//! Every cell of the fleet table, measured in one run, and the table with the targets
+//! next to the figures.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fredlock::Redlock;
+
+use super::super::waiters::{self, Hold, Target};
+use super::{run_cell, Cell, Client, Work, PROCESSES};
+
+/// How long each cell runs.
+pub struct Plan {
+    /// The window of every fleet cell.
+    pub window: Duration,
+    /// In-process row: rounds per variant, and seconds per round.
+    pub in_process_rounds: usize,
+    pub in_process_secs: f64,
+}
+
+impl Plan {
+    pub fn full() -> Plan {
+        Plan {
+            window: Duration::from_secs(4),
+            in_process_rounds: 3,
+            in_process_secs: 2.0,
+        }
+    }
+    pub fn quick() -> Plan {
+        Plan {
+            window: Duration::from_millis(1_500),
+            in_process_rounds: 1,
+            in_process_secs: 1.5,
+        }
+    }
+}
+
+/// Everything the fleet table shows.
+pub struct Fleet {
+    pub cells: Vec<Cell>,
+    /// 16 waiters as tasks of this process: fredlock default and `tokio::sync::Mutex`, acq/s
+    /// (medians of the rounds), and fredlock's commands per acquisition.
+    pub in_process: (f64, f64, f64),
+    pub window: Duration,
+    pub load_before: String,
+    pub load_after: String,
+}
+
+/// Measures every cell: for each P, the mutex, the semaphore and the election, each client in
+/// turn (the order of the clients alternating from one P to the next, so that a change in the
+/// machine's load does not always fall on the same one); then the in-process row.
+pub async fn measure(urls: &[String], run: &str, plan: &Plan) -> Fleet {
+    let load_before = super::super::loadavg();
+    let mut cells = Vec::new();
+    for (i, &p) in PROCESSES.iter().enumerate() {
+        for work in [Work::Mutex, Work::Semaphore, Work::Election] {
+            let mut clients = work.clients().to_vec();
+            if i % 2 == 1 {
+                clients.reverse();
+            }
+            for client in clients {
+                let key = format!("{run}:fleet:{}:{:?}:{p}", work.name(), client);
+                eprintln!("bench: fleet {} {} P={p} ...", work.name(), client.name());
+                let cell = run_cell(urls, &key, work, client, p, plan.window).await;
+                cells.push(cell);
+            }
+        }
+    }
+    let in_process = in_process(urls, run, plan).await;
+    Fleet {
+        cells,
+        in_process,
+        window: plan.window,
+        load_before,
+        load_after: super::super::loadavg(),
+    }
+}
+
+/// 16 waiters as tasks of ONE process, fredlock default against a `tokio::sync::Mutex` with the
+/// same precise hold, rounds interleaved.
+async fn in_process(urls: &[String], run: &str, plan: &Plan) -> (f64, f64, f64) {
+    let addrs = super::addrs(urls).await;
+    let redlock = Redlock::builder()
+        .nodes(urls.to_vec())
+        .retry(waiters::RETRY)
+        .build()
+        .await
+        .expect("build a Redlock");
+    let targets = [
+        Target::Redlock(redlock.clone()),
+        Target::Local(Arc::new(tokio::sync::Mutex::new(()))),
+    ];
+    let key = format!("{run}:fleet:in-process");
+    let (mut fred, mut local, mut cmds) = (Vec::new(), Vec::new(), Vec::new());
+    for t in &targets {
+        waiters::round(t, &addrs, &key, Hold::Precise, 0.3).await;
+    }
+    for r in 0..plan.in_process_rounds {
+        for i in [r % 2, 1 - r % 2] {
+            let got = waiters::round(
+                &targets[i],
+                &addrs,
+                &key,
+                Hold::Precise,
+                plan.in_process_secs,
+            );
+            let got = got.await;
+            if i == 0 {
+                fred.push(got.per_second);
+                cmds.push(got.commands_per_acquisition);
+            } else {
+                local.push(got.per_second);
+            }
+        }
+    }
+    redlock.close().await;
+    let m = super::super::median;
+    (m(fred), m(local), m(cmds))
+}
+
+impl Fleet {
+    fn cell(&self, work: Work, client: Client, p: usize) -> Option<&Cell> {
+        self.cells
+            .iter()
+            .find(|c| c.work == work && c.client == client && c.processes == p)
+    }
+
+    /// The figures, one row per cell.
+    pub fn print_cells(&self) {
+        println!(
+            "| workload | P | client | acquisitions/s | Redis commands / acquisition | wait p50 / p99 / max, ms | per process min / max (ratio) | CPU cores: clients / nodes |"
+        );
+        println!("|---|---:|---|---:|---:|---|---|---|");
+        for c in &self.cells {
+            let (unit, wait) = match c.work {
+                Work::Election => ("terms/s", "handover"),
+                _ => ("", ""),
+            };
+            let overlaps = match c.overlaps {
+                0 => String::new(),
+                n => format!(" **{n} overlapping terms**"),
+            };
+            println!(
+                "| {} | {} | {} | {:.0}{}{} | {:.1} | {}{:.1} / {:.1} / {:.0} | {} / {} ({:.2}) | {:.2} / {:.2} |",
+                c.work.name(),
+                c.processes,
+                c.client.name(),
+                c.per_second,
+                if unit.is_empty() { "" } else { " " },
+                unit,
+                c.commands_per_acquisition,
+                if wait.is_empty() { String::new() } else { format!("{wait} ") },
+                c.p50_us / 1e3,
+                c.p99_us / 1e3,
+                c.max_us / 1e3,
+                c.fewest,
+                c.most,
+                c.fewest as f64 / c.most.max(1) as f64,
+                c.client_cores,
+                c.server_cores,
+            );
+            if !overlaps.is_empty() {
+                println!("|  |  | {overlaps} |  |  |  |  |  |");
+            }
+        }
+        let (f, l, cmds) = self.in_process;
+        println!(
+            "| 16 waiters as tasks of ONE process | 1 | fredlock default (tokio Mutex, same hold: {l:.0}/s) | {f:.0} | {cmds:.1} | — | — | — |"
+        );
+    }
+}
+
+/// One target row: what, the figure, what it is compared with, the ratio (figure / compared
+/// with; for the fairness row, fewest / most itself), met.
+fn target(what: &str, figure: String, against: String, ratio: f64, met: bool) {
+    let met = if met { "yes" } else { "**no**" };
+    println!("| {what} | {figure} | {against} | {ratio:.3} | {met} |");
+}
+
+impl Fleet {
+    /// The targets, each with the measured figures and the ratio (fredlock default;
+    /// polling's figure beside it for comparison).
+    pub fn print_targets(&self) {
+        let (m, d, p, r) = (
+            Work::Mutex,
+            Client::Default,
+            Client::Polling,
+            Client::Rslock,
+        );
+        let rate = |w, c, n| self.cell(w, c, n).map_or(f64::NAN, |c| c.per_second);
+        let cmds = |c, n| {
+            self.cell(m, c, n)
+                .map_or(f64::NAN, |c| c.commands_per_acquisition)
+        };
+        println!("| target (fredlock default) | figure | compared with | ratio | met? |");
+        println!("|---|---:|---:|---:|---|");
+        let (d64, d4, r64) = (rate(m, d, 64), rate(m, d, 4), rate(m, r, 64));
+        target(
+            "mutex, P = 64: acquisitions/s ≥ 0.9x its own at P = 4",
+            format!("{d64:.0} (polling {:.0})", rate(m, p, 64)),
+            format!("{d4:.0}"),
+            d64 / d4,
+            d64 / d4 >= 0.9,
+        );
+        target(
+            "mutex, P = 64: acquisitions/s ≥ 1.5x rslock's",
+            format!("{d64:.0}"),
+            format!("{r64:.0}"),
+            d64 / r64,
+            d64 / r64 >= 1.5,
+        );
+        for n in PROCESSES {
+            let (c, rs) = (cmds(d, n), cmds(r, n));
+            target(
+                &format!("mutex, P = {n}: Redis commands / acquisition ≤ 25"),
+                format!("{c:.1} (polling {:.1})", cmds(p, n)),
+                "25".into(),
+                c / 25.0,
+                c <= 25.0,
+            );
+            target(
+                &format!("mutex, P = {n}: Redis commands / acquisition ≤ 0.5x rslock's"),
+                format!("{c:.1}"),
+                format!("{rs:.1}"),
+                c / rs,
+                c / rs <= 0.5,
+            );
+        }
+        if let Some(c) = self.cell(m, d, 16) {
+            let fair = c.fewest as f64 / c.most.max(1) as f64;
+            target(
+                "mutex, P = 16: fewest / most acquisitions of one process ≥ 0.5",
+                format!("{} / {}", c.fewest, c.most),
+                "0.5".into(),
+                fair,
+                fair >= 0.5,
+            );
+        }
+        let (s64, s4) = (rate(Work::Semaphore, d, 64), rate(Work::Semaphore, d, 4));
+        target(
+            "semaphore (4 permits), P = 64: acquisitions/s ≥ 0.9x its P = 4",
+            format!("{s64:.0} (polling {:.0})", rate(Work::Semaphore, p, 64)),
+            format!("{s4:.0}"),
+            s64 / s4,
+            s64 / s4 >= 0.9,
+        );
+        if let Some(c) = self.cell(Work::Election, d, 64) {
+            let polling = self
+                .cell(Work::Election, p, 64)
+                .map_or(f64::NAN, |c| c.p99_us);
+            target(
+                "election, P = 64: handover after a resign p99 ≤ 5 ms",
+                format!("{:.1} ms (polling {:.1})", c.p99_us / 1e3, polling / 1e3),
+                "5 ms".into(),
+                c.p99_us / 5e3,
+                c.p99_us <= 5e3 && c.overlaps == 0,
+            );
+        }
+        let (f, l, _) = self.in_process;
+        target(
+            "16 waiters in one process: acquisitions/s ≥ 0.9x a tokio::sync::Mutex",
+            format!("{f:.0}"),
+            format!("{l:.0}"),
+            f / l,
+            f / l >= 0.9,
+        );
+    }
+
+    /// The fleet table with its header, the targets and what limited the machine.
+    pub fn print(&self, nproc: usize) {
+        println!();
+        println!(
+            "Fleet: P separate processes (each one client and one waiter; fredlock: default settings but retries unbounded every 5 ms + up to 5 ms of jitter; rslock: a random pause in [0, 10 ms)), one key / one 4-permit semaphore / one leadership, a precise 1 ms hold (elections: a 50 ms term, then resign), {:.1} s per cell; commands from INFO commandstats (calls inside scripts included) over the window; load average before {}, after {}",
+            self.window.as_secs_f64(),
+            self.load_before,
+            self.load_after
+        );
+        println!();
+        self.print_cells();
+        println!();
+        self.print_targets();
+        let busiest = self
+            .cells
+            .iter()
+            .map(|c| c.client_cores + c.server_cores)
+            .fold(0.0, f64::max);
+        println!();
+        println!(
+            "machine: {nproc} cores; the busiest cell kept {busiest:.2} cores busy (children + nodes; the rest is the kernel, this parent and other work): a cell whose CPU total nears {nproc} is bound by the machine, not by the lock"
+        );
+    }
+}
