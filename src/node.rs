@@ -645,22 +645,43 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
     ) -> Vote {
+        let scripts = crate::scripts::Scripts::get();
+        self.ttl_script(&scripts.extend, held, ttl_ms, timeout)
+            .await
+    }
+
+    /// Lowers the TTL of every key to `ttl_ms` if all still hold our token (a key already
+    /// closer to expiry keeps its TTL); never lengthens or re-creates a key.
+    pub(crate) async fn shorten(
+        self: Arc<Self>,
+        held: Arc<Held>,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Vote {
+        let scripts = crate::scripts::Scripts::get();
+        self.ttl_script(&scripts.shorten, held, ttl_ms, timeout)
+            .await
+    }
+
+    /// EXTEND or SHORTEN over `held`'s keys (one call per hash slot on a cluster node).
+    async fn ttl_script(
+        self: Arc<Self>,
+        script: &'static Script,
+        held: Arc<Held>,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Vote {
         if let Err(e) = self.state.counts() {
             return Vote::Failed(e);
         }
-        let scripts = crate::scripts::Scripts::get();
         let this = &*self;
         let one = |sub: Held| async move {
-            let reply = this
-                .script(&scripts.extend, &sub, Some(ttl_ms), timeout)
-                .await;
+            let reply = this.script(script, &sub, Some(ttl_ms), timeout).await;
             reply::vote(&this.name, reply)
         };
         match self.slot_groups(&held.keys) {
             None => {
-                let reply = self
-                    .script(&scripts.extend, &held, Some(ttl_ms), timeout)
-                    .await;
+                let reply = self.script(script, &held, Some(ttl_ms), timeout).await;
                 reply::vote(&self.name, reply)
             }
             Some(groups) => {

@@ -607,7 +607,23 @@ impl Inner {
         votes
     }
 
-    fn release_timeout(&self) -> Duration {
+    /// The release of a lock held for at least a minimum, before that minimum: every node lowers
+    /// our keys' TTL to `ttl_ms` (never raising it) instead of deleting them, so they expire when
+    /// the minimum ends. Decided as soon as a quorum's answer is known; a node that missed it
+    /// keeps the keys until their TTL, which only holds the lock longer.
+    pub(crate) async fn shorten_all(&self, held: &Arc<Held>, ttl_ms: u64) -> Votes {
+        let timeout = self.release_timeout();
+        let calls = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i, n.clone().shorten(held.clone(), ttl_ms, timeout)));
+        let votes = votes(fan_out(self.nodes.len(), calls, None, Late::Drop, quorum_known).await);
+        crate::metrics::failures(&votes.0);
+        votes
+    }
+
+    pub(crate) fn release_timeout(&self) -> Duration {
         self.node_timeout.unwrap_or(Duration::from_millis(500))
     }
 

@@ -103,6 +103,23 @@ end
 return n
 "#;
 
+/// Shorten (hold at least): only if EVERY key still holds our token, lower each key's TTL to
+/// ARGV[2] ms; a key whose TTL is already shorter (or that has none) keeps it, so this never
+/// lengthens a lock nor re-creates a key.
+/// KEYS: the lock keys. ARGV[1]: token, ARGV[2]: TTL in ms.
+/// Reply: 1 ours (shortened where needed), 0 not ours (nothing changed).
+const SHORTEN: &str = r#"
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) ~= ARGV[1] then return 0 end
+end
+local ms = tonumber(ARGV[2])
+for _, key in ipairs(KEYS) do
+  local left = redis.call('PTTL', key)
+  if left > ms then redis.call('PEXPIRE', key, ms) end
+end
+return 1
+"#;
+
 /// Inspect one key atomically.
 /// KEYS[1]: the lock key. Reply: `[value or nil, pttl]` (pttl -2 = no key, -1 = no expiry).
 const INSPECT: &str = r#"
@@ -287,6 +304,7 @@ return out
 pub(crate) struct Scripts {
     pub(crate) acquire_many: Script,
     pub(crate) extend: Script,
+    pub(crate) shorten: Script,
     pub(crate) release: Script,
     pub(crate) release_wake: Script,
     pub(crate) inspect: Script,
@@ -305,6 +323,8 @@ impl Scripts {
         SCRIPTS.get_or_init(|| Scripts {
             acquire_many: Script::eval_only(ACQUIRE_MANY),
             extend: Script::new(EXTEND),
+            // Like EXTEND, a resend can only find the token gone and do nothing.
+            shorten: Script::new(SHORTEN),
             release: Script::eval_only(RELEASE),
             release_wake: Script::eval_only(RELEASE_WAKE),
             inspect: Script::new(INSPECT),

@@ -140,6 +140,10 @@ struct RunArgs {
     /// One attempt: if the lock is held, exit at once with the conflict code.
     #[arg(long)]
     no_wait: bool,
+    /// Keep the lock at least this long after acquiring it, even when CMD finishes sooner
+    /// (cron de-duplication: replicas firing the same job a little later find it held).
+    #[arg(long, value_parser = duration::parse, value_name = "DURATION")]
+    hold_at_least: Option<Duration>,
     /// Exit code when the lock is held by someone else.
     #[arg(long, default_value_t = exit::CONFLICT, value_parser = clap::value_parser!(i32).range(0..=255))]
     conflict_exit_code: i32,
@@ -239,6 +243,7 @@ async fn dispatch(cli: Cli) -> i32 {
                     name: args.name,
                     ttl: args.lock.ttl,
                     wait,
+                    hold_at_least: args.hold_at_least,
                     kill_after: args.lock.kill_after,
                     conflict: args.conflict_exit_code,
                     cmd: args.cmd,

@@ -16,6 +16,8 @@ pub struct RunOptions {
     pub ttl: Duration,
     /// How long to wait for the lock (`ZERO`: one attempt, `MAX`: no limit).
     pub wait: Duration,
+    /// Keep the lock at least this long from its acquisition, whenever CMD exits.
+    pub hold_at_least: Option<Duration>,
     pub kill_after: Duration,
     pub conflict: i32,
     pub cmd: Vec<OsString>,
@@ -30,7 +32,10 @@ pub async fn run(redlock: &Redlock, o: RunOptions) -> i32 {
             return exit::SOFTWARE;
         }
     };
-    let options = AcquireOptions::new().wait(o.wait);
+    let mut options = AcquireOptions::new().wait(o.wait);
+    if let Some(at_least) = o.hold_at_least {
+        options = options.hold_at_least(at_least);
+    }
     let terminal = std::io::stderr().is_terminal();
     let acquired = {
         let acquire = redlock.acquire_using(o.name.as_str(), o.ttl, &options);
