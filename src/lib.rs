@@ -73,7 +73,8 @@
 //!    per lock.
 //! 8. `keepalive`: [`KeepAlive`] and [`LockHandle`]: the guard, its release and the lost signal.
 //! 9. `with_lock` ([`Redlock::with_lock`]), `election` ([`Election`]), `semaphore` ([`Semaphore`]:
-//!    at most N holders, each permit a quorum lock on one of N slots).
+//!    at most N holders, each permit a quorum lock on one of N slots), `lease` ([`Lease`]: a
+//!    held lock handed to another process; [`Redlock::resume`], [`Redlock::release_lease`]).
 //! 10. [`config`]: the builder; validates, then constructs. Nothing imports it back.
 //!
 //! The test machinery (local `redis-server` nodes, node control, a fault proxy, the safety checker
@@ -92,6 +93,7 @@ pub mod error;
 mod force;
 mod inspect;
 mod keepalive;
+mod lease;
 mod lock;
 mod metrics;
 mod node;
@@ -116,6 +118,7 @@ pub use error::{
 };
 pub use inspect::{Holder, Inspection, NodeView, Verdict};
 pub use keepalive::{KeepAlive, KeepAliveOptions, LockHandle, Rejected};
+pub use lease::Lease;
 pub use lock::{AcquireOptions, Lock, ReleaseReport};
 pub use owner::{MAX_LABEL_LEN, MAX_TOKEN_LEN, SEPARATOR};
 pub use redlock::{Redlock, Resources, FALLBACK_FACTOR};

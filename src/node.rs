@@ -691,6 +691,31 @@ impl Node {
         }
     }
 
+    /// Whether every key still holds our token here, and the shortest TTL left (a lease's
+    /// check; changes nothing). On a cluster node, one call per hash slot.
+    pub(crate) async fn check_lease(
+        self: Arc<Self>,
+        held: Arc<Held>,
+        timeout: Duration,
+    ) -> reply::Checked {
+        if let Err(e) = self.state.counts() {
+            return reply::lease_checked(&self.name, Err(e));
+        }
+        let scripts = crate::scripts::Scripts::get();
+        let this = &*self;
+        let one = |sub: Held| async move {
+            let reply = this.script(&scripts.lease_check, &sub, None, timeout).await;
+            reply::lease_checked(&this.name, reply)
+        };
+        let groups = self
+            .slot_groups(&held.keys)
+            .unwrap_or_else(|| vec![(0..held.keys.len()).collect()]);
+        let parts = futures::future::join_all(groups.iter().map(|g| one(held.subset(g)))).await;
+        let pttl_ms = parts.iter().map(|c| c.pttl_ms).min().unwrap_or(0);
+        let vote = all(parts.into_iter().map(|c| c.vote).collect());
+        reply::Checked { vote, pttl_ms }
+    }
+
     /// Extends many locks at once: per lock, what [`extend`](Self::extend) does for one (reset
     /// every key's TTL if all still hold its token, never re-create a key), with one script call
     /// per TTL among the locks (usually one) on a single server, and one per TTL and hash slot

@@ -120,6 +120,21 @@ end
 return 1
 "#;
 
+/// Check a lease (a lock handed to another process): whether EVERY key still holds our token,
+/// and the shortest TTL left among them. Changes nothing, so it never re-creates a lock.
+/// KEYS: the lock keys. ARGV[1]: token.
+/// Reply: `{1, pttl}` ours (pttl: the smallest PTTL in ms, -1 when a key has no expiry); `{0}`
+/// not ours (a key missing or holding another value).
+const LEASE_CHECK: &str = r#"
+local least = nil
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) ~= ARGV[1] then return {0} end
+  local t = redis.call('PTTL', key)
+  if least == nil or t < least then least = t end
+end
+return {1, least}
+"#;
+
 /// Inspect one key atomically.
 /// KEYS[1]: the lock key. Reply: `[value or nil, pttl]` (pttl -2 = no key, -1 = no expiry).
 const INSPECT: &str = r#"
@@ -305,6 +320,7 @@ pub(crate) struct Scripts {
     pub(crate) acquire_many: Script,
     pub(crate) extend: Script,
     pub(crate) shorten: Script,
+    pub(crate) lease_check: Script,
     pub(crate) release: Script,
     pub(crate) release_wake: Script,
     pub(crate) inspect: Script,
@@ -325,6 +341,8 @@ impl Scripts {
             extend: Script::new(EXTEND),
             // Like EXTEND, a resend can only find the token gone and do nothing.
             shorten: Script::new(SHORTEN),
+            // Read-only: a resend changes nothing.
+            lease_check: Script::new(LEASE_CHECK),
             release: Script::eval_only(RELEASE),
             release_wake: Script::eval_only(RELEASE_WAKE),
             inspect: Script::new(INSPECT),
