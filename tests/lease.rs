@@ -49,7 +49,7 @@ async fn a_lease_hands_the_lock_to_another_process() {
         .expect("resume");
     assert_eq!(resumed.token(), token);
     assert_eq!(resumed.fencing_token(), fencing);
-    assert_eq!(resumed.resources(), [r.clone()]);
+    assert_eq!(resumed.resources(), std::slice::from_ref(&r));
     assert!(resumed.remaining() > Duration::ZERO && resumed.remaining() <= 30 * SECOND);
     // Still exclusive, and the resumed lock is a lock: extend and release work.
     assert!(env

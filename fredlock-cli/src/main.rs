@@ -8,6 +8,7 @@
 mod child;
 mod duration;
 mod health;
+mod lease;
 mod run;
 mod show;
 
@@ -35,7 +36,8 @@ pub mod exit {
     /// The lock is held by someone else (`--no-wait`, or `--wait` ran out). Change it with
     /// `--conflict-exit-code`.
     pub const CONFLICT: i32 = 75;
-    /// The lock was lost while CMD ran; CMD was stopped.
+    /// `run`: the lock was lost while CMD ran; CMD was stopped. `extend`, `release`: the lease
+    /// no longer holds the lock (it expired, or someone else took it).
     pub const LOST: i32 = 76;
     /// CMD is not executable.
     pub const NOT_EXECUTABLE: i32 = 126;
@@ -52,15 +54,17 @@ EXIT CODES:
   64           bad usage or input (no nodes, bad URL, label or duration; break without --yes)
   69           nodes unavailable: too few answered to form a quorum
   70           internal error
-  75           run: the lock is held by someone else (--no-wait, or --wait ran out);
+  75           run, acquire: the lock is held by someone else (--no-wait, or --wait ran out);
                --conflict-exit-code changes it
-  76           run: the lock was lost while CMD ran (CMD got SIGTERM, then SIGKILL)
+  76           run: the lock was lost while CMD ran (CMD got SIGTERM, then SIGKILL);
+               extend, release: the lease no longer holds the lock
   126, 127     CMD is not executable, or was not found
 
 ENVIRONMENT:
   FREDLOCK_NODES   node URLs, comma-separated (as --nodes)
   FREDLOCK_PREFIX  key prefix (as --prefix)
-  FREDLOCK_LABEL   owner label (as --label)";
+  FREDLOCK_LABEL   owner label (as --label)
+  FREDLOCK_LEASE   a lease (as --lease)";
 
 /// A quorum lock over independent Redis or Valkey nodes, from the shell.
 #[derive(Parser, Debug)]
@@ -115,6 +119,13 @@ enum Command {
     /// Check every node: reachable, round trip, version, duplicates, persistence, eviction
     /// policy, replicas, clock spread.
     Health(HealthArgs),
+    /// Take the lock NAME and print its lease (one line, a secret) for a later step to extend
+    /// or release, from any process; nothing is released when fredlock exits.
+    Acquire(lease::AcquireArgs),
+    /// Extend the lock of a lease by --ttl from now, and print the new lease.
+    Extend(lease::ExtendArgs),
+    /// Release the lock of a lease.
+    Release(lease::ReleaseArgs),
 }
 
 #[derive(Args, Debug)]
@@ -299,6 +310,9 @@ async fn dispatch(cli: Cli) -> i32 {
             };
             health::health(&urls, &common.prefix, args.timeout, args.json).await
         }
+        Command::Acquire(args) => lease::acquire(&common, args).await,
+        Command::Extend(args) => lease::extend(&common, args).await,
+        Command::Release(args) => lease::release(&common, args).await,
     }
 }
 

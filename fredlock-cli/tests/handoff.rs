@@ -97,3 +97,86 @@ async fn a_cron_job_fired_twice_runs_once_with_hold_at_least() {
     assert_eq!(runs, 2, "exit codes {codes:?}");
     assert_eq!(codes, vec![0, 0]);
 }
+
+/// A deploy pipeline: step one takes the lock and prints its lease, exits; a later step (another
+/// process) extends it, then releases it. In between the lock is held (another acquire gets the
+/// conflict code); afterwards the lease no longer holds (the distinct exit code), and bad lease
+/// text is a usage error.
+#[tokio::test]
+async fn a_lease_passes_the_lock_between_processes() {
+    let nodes = LocalNodes::start(3).await.expect("nodes");
+    let urls = nodes.urls();
+    let name = unique("deploy");
+    let mut step1 = fredlock(&urls);
+    step1.args(["acquire", &name, "--ttl", "10m"]);
+    let out = output(step1).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let lease = stdout(&out).trim().to_string();
+    assert!(lease.starts_with("fredlock-lease:"), "{lease:?}");
+
+    // Held while the pipeline runs, though step one exited.
+    let mut other = fredlock(&urls);
+    other.args(["acquire", &name, "--ttl", "10s"]);
+    let out = output(other).await;
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(stdout(&out).is_empty());
+
+    // A later step extends it through FREDLOCK_LEASE and gets a new lease...
+    let mut step2 = fredlock(&urls);
+    step2
+        .env("FREDLOCK_LEASE", &lease)
+        .args(["extend", "--ttl", "20m"]);
+    let out = output(step2).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let extended = stdout(&out).trim().to_string();
+    assert!(extended.starts_with("fredlock-lease:") && extended != lease);
+    let ttl = nodes
+        .pttl(0, &format!("fredlock:{name}"))
+        .await
+        .expect("PTTL");
+    assert!(ttl > 600_000, "extended to 20m: PTTL {ttl}");
+
+    // ...and the last step releases it, reading the lease from stdin.
+    let mut step3 = fredlock(&urls);
+    step3
+        .args(["release", "--lease", "-"])
+        .stdin(Stdio::piped());
+    step3.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = step3.spawn().expect("spawn");
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(format!("{extended}\n").as_bytes())
+            .await
+            .expect("write");
+    }
+    let out = child.wait_with_output().await.expect("release ran");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        nodes
+            .get(0, &format!("fredlock:{name}"))
+            .await
+            .expect("GET"),
+        None
+    );
+
+    // The lease no longer holds: release and extend say so with their own code.
+    for args in [["release", "--lease"], ["extend", "--lease"]] {
+        let mut again = fredlock(&urls);
+        again.args(args).arg(&extended);
+        let out = output(again).await;
+        assert_eq!(code(&out), 76, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("no longer held"), "{}", stderr(&out));
+    }
+    // Garbage is a usage error that names the problem.
+    let mut bad = fredlock(&urls);
+    bad.args(["release", "--lease", "fredlock-lease:1:oops"]);
+    let out = output(bad).await;
+    assert_eq!(code(&out), 64);
+    assert!(
+        stderr(&out).contains("not a fredlock lease"),
+        "{}",
+        stderr(&out)
+    );
+}
