@@ -74,7 +74,8 @@
 //! 8. `keepalive`: [`KeepAlive`] and [`LockHandle`]: the guard, its release and the lost signal.
 //! 9. `with_lock` ([`Redlock::with_lock`]), `election` ([`Election`]), `semaphore` ([`Semaphore`]:
 //!    at most N holders, each permit a quorum lock on one of N slots), `lease` ([`Lease`]: a
-//!    held lock handed to another process; [`Redlock::resume`], [`Redlock::release_lease`]).
+//!    held lock handed to another process; [`Redlock::resume`], [`Redlock::release_lease`]),
+//!    `rwlock` ([`RwLock`]: many readers or one writer, each reader a quorum lock of its own).
 //! 10. [`config`]: the builder; validates, then constructs. Nothing imports it back.
 //!
 //! The test machinery (local `redis-server` nodes, node control, a fault proxy, the safety checker
@@ -103,6 +104,7 @@ mod quorum;
 mod redlock;
 mod renewal;
 mod reply;
+mod rwlock;
 mod scripts;
 mod semaphore;
 mod slots;
@@ -122,6 +124,7 @@ pub use lease::Lease;
 pub use lock::{AcquireOptions, Lock, ReleaseReport};
 pub use owner::{MAX_LABEL_LEN, MAX_TOKEN_LEN, SEPARATOR};
 pub use redlock::{Redlock, Resources, FALLBACK_FACTOR};
+pub use rwlock::{ReadGuard, RwInspection, RwLock, RwNodeState, RwNodeView, WriteGuard};
 pub use semaphore::{Permit, Semaphore, SemaphoreInspection, MAX_PERMITS};
 pub use with_lock::{OnLost, WithLock};
 

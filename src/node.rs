@@ -605,6 +605,29 @@ impl Node {
         reply::slot(&self.name, reply, req.slot_keys.len())
     }
 
+    /// A script of a primitive above (a read-write lock's) over `keys`, which share one hash
+    /// slot, with `argv`. `creating`: the value the script may store, for an acquire (on a
+    /// cluster node a release of that value then waits for it, as for a lock's acquire).
+    pub(crate) async fn eval_script(
+        self: Arc<Self>,
+        script: &'static Script,
+        keys: Arc<Vec<String>>,
+        argv: Arc<Vec<Value>>,
+        creating: Option<Arc<str>>,
+        timeout: Duration,
+    ) -> Result<Value, NodeError> {
+        self.state.counts()?;
+        let _running = creating.as_deref().and_then(|v| self.inflight(v));
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let here = self.script_on(script, &refs, &argv, timeout);
+        match (&self.backend, creating) {
+            (Backend::Cluster(_), Some(value)) => {
+                Box::pin(crate::cluster::creating(&value, here)).await
+            }
+            _ => here.await,
+        }
+    }
+
     /// Reads several keys atomically: per key `Some((value, pttl_ms))`, or `None` when absent.
     pub(crate) async fn view(
         self: Arc<Self>,

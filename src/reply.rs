@@ -263,6 +263,24 @@ pub(crate) fn views(
         .collect()
 }
 
+/// The read-write view script's reply: `[value, pttl]` pairs (writer, waiting mark, then each
+/// live reader), as [`holder`]; at least the first two.
+pub(crate) fn rw_view(
+    node: &str,
+    reply: Result<Value, NodeError>,
+) -> Result<Vec<Option<(String, i64)>>, NodeError> {
+    let Value::Array(parts) = reply? else {
+        return Err(unexpected(node, "an array"));
+    };
+    if parts.len() < 4 || parts.len() % 2 != 0 {
+        return Err(unexpected(node, "[value, pttl] pairs"));
+    }
+    parts
+        .chunks(2)
+        .map(|pair| value_and_pttl(node, pair))
+        .collect()
+}
+
 /// One key's `[value, pttl_ms]`: `None` when the key does not exist.
 fn value_and_pttl(node: &str, pair: &[Value]) -> Result<Option<(String, i64)>, NodeError> {
     match pair {

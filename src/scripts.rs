@@ -135,6 +135,64 @@ end
 return {1, least}
 "#;
 
+/// Read-write lock, take a read share. Each reader is a lock key of its own (expiring with its
+/// own TTL, extended and released like any lock key); the readers set lists the reader keys so
+/// that a writer can find them (members whose key is gone are dropped here and by writers).
+/// KEYS[1]: the writer key, KEYS[2]: the writer-waiting key, KEYS[3]: the readers set,
+/// KEYS[4]: this reader's key (all in one hash slot; the set's members are keys of that slot).
+/// ARGV[1]: value, ARGV[2]: TTL in ms.
+/// Reply: 1 the share was taken; 0 a writer holds the lock or waits for it (nothing set).
+const RW_READ: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+for _, k in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+  if redis.call('EXISTS', k) == 0 then redis.call('SREM', KEYS[3], k) end
+end
+if not redis.call('SET', KEYS[4], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+redis.call('SADD', KEYS[3], KEYS[4])
+return 1
+"#;
+
+/// Read-write lock, take the write lock: only when no writer holds it and no reader key of the
+/// set still exists. Refused, it marks a writer as waiting (unless another writer's mark is
+/// there), so that new readers are refused until the writer got in or gave up; the writer
+/// deletes its mark then (it also expires with ARGV[4]).
+/// KEYS[1]: the writer key, KEYS[2]: the writer-waiting key, KEYS[3]: the readers set,
+/// KEYS[4] (with fencing): the writer key's fencing counter.
+/// ARGV[1]: value, ARGV[2]: TTL in ms, ARGV[3]: this writer's waiting mark, ARGV[4]: the
+/// mark's TTL in ms, ARGV[5]: '1' to read the fencing counter.
+/// Reply: `{1, counter}` (0 without fencing; -1 when not a number) set; `{0}` refused.
+const RW_WRITE: &str = r#"
+local busy = redis.call('EXISTS', KEYS[1]) == 1
+for _, k in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+  if redis.call('EXISTS', k) == 1 then busy = true else redis.call('SREM', KEYS[3], k) end
+end
+if busy then
+  local mark = redis.call('GET', KEYS[2])
+  if not mark or mark == ARGV[3] then redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) end
+  return {0}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local c = 0
+if ARGV[5] == '1' then c = tonumber(redis.call('GET', KEYS[4]) or '0') or -1 end
+return {1, c}
+"#;
+
+/// Read-write lock, inspect: the writer, the waiting writer's mark and every live reader.
+/// KEYS[1]: the writer key, KEYS[2]: the writer-waiting key, KEYS[3]: the readers set.
+/// Reply: `{writer value or nil, pttl, mark or nil, pttl, reader value, pttl, ...}`.
+const RW_VIEW: &str = r#"
+local out = {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]),
+  redis.call('GET', KEYS[2]), redis.call('PTTL', KEYS[2])}
+for _, k in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+  local v = redis.call('GET', k)
+  if v then
+    out[#out + 1] = v
+    out[#out + 1] = redis.call('PTTL', k)
+  end
+end
+return out
+"#;
+
 /// Inspect one key atomically.
 /// KEYS[1]: the lock key. Reply: `[value or nil, pttl]` (pttl -2 = no key, -1 = no expiry).
 const INSPECT: &str = r#"
@@ -321,6 +379,9 @@ pub(crate) struct Scripts {
     pub(crate) extend: Script,
     pub(crate) shorten: Script,
     pub(crate) lease_check: Script,
+    pub(crate) rw_read: Script,
+    pub(crate) rw_write: Script,
+    pub(crate) rw_view: Script,
     pub(crate) release: Script,
     pub(crate) release_wake: Script,
     pub(crate) inspect: Script,
@@ -343,6 +404,10 @@ impl Scripts {
             shorten: Script::new(SHORTEN),
             // Read-only: a resend changes nothing.
             lease_check: Script::new(LEASE_CHECK),
+            // Acquires: EVAL-only, for the reason given at the top of this file.
+            rw_read: Script::eval_only(RW_READ),
+            rw_write: Script::eval_only(RW_WRITE),
+            rw_view: Script::new(RW_VIEW),
             release: Script::eval_only(RELEASE),
             release_wake: Script::eval_only(RELEASE_WAKE),
             inspect: Script::new(INSPECT),

@@ -24,7 +24,7 @@ const LAYERS: &[&[&str]] = &[
     &["lock", "inspect"],
     &["renewal", "force"],
     &["keepalive"],
-    &["with_lock", "election", "semaphore", "lease"],
+    &["with_lock", "election", "semaphore", "lease", "rwlock"],
     &["config"],
 ];
 
