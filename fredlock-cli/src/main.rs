@@ -152,7 +152,8 @@ struct RunArgs {
     #[arg(long)]
     no_wait: bool,
     /// Keep the lock at least this long after acquiring it, even when CMD finishes sooner
-    /// (cron de-duplication: replicas firing the same job a little later find it held).
+    /// (cron de-duplication: replicas firing the same job a little later find it held). A
+    /// shorter --ttl is raised to it.
     #[arg(long, value_parser = duration::parse, value_name = "DURATION")]
     hold_at_least: Option<Duration>,
     /// Exit code when the lock is held by someone else.

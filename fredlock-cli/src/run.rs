@@ -33,12 +33,15 @@ pub async fn run(redlock: &Redlock, o: RunOptions) -> i32 {
         }
     };
     let mut options = AcquireOptions::new().wait(o.wait);
+    let mut ttl = o.ttl;
     if let Some(at_least) = o.hold_at_least {
         options = options.hold_at_least(at_least);
+        // The minimum never outlasts the TTL: a shorter TTL is raised to it.
+        ttl = ttl.max(at_least);
     }
     let terminal = std::io::stderr().is_terminal();
     let acquired = {
-        let acquire = redlock.acquire_using(o.name.as_str(), o.ttl, &options);
+        let acquire = redlock.acquire_using(o.name.as_str(), ttl, &options);
         tokio::select! {
             got = acquire => got,
             // Dropping the acquire releases whatever its attempt may have set.
