@@ -12,9 +12,11 @@ demo: redis-server
 test: redis-server
 	$(CARGO) test --workspace --all-features
 
-## make bench: latency and throughput against a raw fred floor, on local nodes
+## make bench: latency and throughput against a raw fred floor, on local nodes; then the
+## read-write lock against the mutex (16 readers and 1 writer, as tasks and as processes)
 bench: redis-server
 	$(CARGO) run --release --example bench -- $(BENCH_ARGS)
+	$(CARGO) run --release --example bench_rwlock -- $(BENCH_ARGS)
 
 ## make scheduler: three scheduler processes elect a leader; the leader is killed; another takes over
 scheduler: redis-server

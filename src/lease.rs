@@ -144,12 +144,12 @@ impl Lock {
     /// unless the process that resumes the lease extends or releases them. The lease carries the
     /// secret token: see [`Lease`].
     pub fn into_lease(self) -> Lease {
+        // The wall clock first, then the time left: the deadline can only come out early.
+        let now = SystemTime::now();
         let remaining = self.remaining();
         let ttl = self.ttl();
         let (held, fencing) = self.disarm();
-        let deadline = SystemTime::now()
-            .checked_add(remaining)
-            .unwrap_or_else(SystemTime::now);
+        let deadline = now.checked_add(remaining).unwrap_or(now);
         Lease {
             resources: held.resources.clone(),
             value: held.value.clone(),
@@ -209,14 +209,15 @@ impl Redlock {
             reason: NotHeldReason::Expired,
             votes,
         };
+        let held = lease.held(self)?;
+        let inner = &self.inner;
+        let timeout = inner.node_timeout(lease.ttl);
+        // The monotonic clock first, then the time left: the deadline can only come out early.
+        let t0 = Instant::now();
         let left = lease.remaining();
         if left.is_zero() {
             return Err(expired(Votes::default()));
         }
-        let held = lease.held(self)?;
-        let inner = &self.inner;
-        let timeout = inner.node_timeout(lease.ttl);
-        let t0 = Instant::now();
         let until = t0.checked_add(left);
         let calls = inner
             .nodes

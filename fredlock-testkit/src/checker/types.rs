@@ -201,6 +201,8 @@ pub enum GrantKind {
     Read,
     /// The write lock of a read-write lock.
     Write,
+    /// A lock handed over as a lease and resumed (one grant: the same token).
+    Lease,
 }
 
 /// Everything about one grant, for [`Checker::record_grant`](super::Checker::record_grant).

@@ -27,6 +27,7 @@ use crate::checker::{Checker, GrantId, ViolationKind};
 mod cleanup;
 mod keep_alive;
 mod modes;
+mod handoff;
 mod ops;
 mod section;
 mod stale;
@@ -52,6 +53,8 @@ enum OpKind {
     Cancel,
     Permit,
     Fenced,
+    ReadWrite,
+    Lease,
 }
 
 impl OpKind {
@@ -70,11 +73,13 @@ impl OpKind {
             OpKind::Cancel => "cancelled_acquire",
             OpKind::Permit => "semaphore_permit",
             OpKind::Fenced => "fenced_write",
+            OpKind::ReadWrite => "rwlock",
+            OpKind::Lease => "lease_resume",
         }
     }
 }
 
-const OP_WEIGHTS: [(OpKind, u32); 13] = [
+const OP_WEIGHTS: [(OpKind, u32); 15] = [
     (OpKind::Acquire, 24),
     (OpKind::TryAcquire, 14),
     (OpKind::Multi, 10),
@@ -88,6 +93,8 @@ const OP_WEIGHTS: [(OpKind, u32); 13] = [
     (OpKind::Cancel, 6),
     (OpKind::Permit, 8),
     (OpKind::Fenced, 8),
+    (OpKind::ReadWrite, 8),
+    (OpKind::Lease, 5),
 ];
 
 /// One operation, drawn entirely up front with a fixed number of draws per operation, so that
@@ -190,6 +197,8 @@ impl Worker {
                 OpKind::Cancel => self.op_cancel(&op).await,
                 OpKind::Permit => self.op_permit(&op).await,
                 OpKind::Fenced => self.op_fenced(&op).await,
+                OpKind::ReadWrite => self.op_rw(&op).await,
+                OpKind::Lease => self.op_lease(&op).await,
             }
             tokio::time::sleep(op.think).await;
             let key = (op.kind.name(), self.stats.granted > granted);
