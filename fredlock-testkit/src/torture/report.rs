@@ -213,7 +213,10 @@ fn probe_rows(t: &mut Table) {
         "leases resumed / failed; resumed after the deadline: refused",
         &|r| {
             let s = &r.stats;
-            format!("{} / {}; {}", s.leases_resumed, s.leases_failed, s.leases_refused)
+            format!(
+                "{} / {}; {}",
+                s.leases_resumed, s.leases_failed, s.leases_refused
+            )
         },
     );
     t.row(

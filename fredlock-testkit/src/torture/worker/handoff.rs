@@ -43,7 +43,11 @@ impl Worker {
         } else {
             self.stats.rw_reads += 1;
         }
-        let kind = if write { GrantKind::Write } else { GrantKind::Read };
+        let kind = if write {
+            GrantKind::Write
+        } else {
+            GrantKind::Read
+        };
         let g = self.checker().grant(self.id, &lock, kind, granted_at);
         self.checker().rw_grant(g, name, write);
         let guard = section_guard(op.ttl);
@@ -90,7 +94,8 @@ impl Worker {
                         self.id,
                         deadline.elapsed()
                     );
-                    self.checker().violation(ViolationKind::StaleOpSucceeded, detail);
+                    self.checker()
+                        .violation(ViolationKind::StaleOpSucceeded, detail);
                     drop(late.into_lease());
                 }
                 Err(_) => self.stats.leases_refused += 1,

@@ -25,9 +25,9 @@ use super::{Stats, TortureConfig};
 use crate::checker::{Checker, GrantId, ViolationKind};
 
 mod cleanup;
+mod handoff;
 mod keep_alive;
 mod modes;
-mod handoff;
 mod ops;
 mod section;
 mod stale;
@@ -93,8 +93,8 @@ const OP_WEIGHTS: [(OpKind, u32); 15] = [
     (OpKind::Cancel, 6),
     (OpKind::Permit, 8),
     (OpKind::Fenced, 8),
-    (OpKind::ReadWrite, 8),
-    (OpKind::Lease, 5),
+    (OpKind::ReadWrite, 5),
+    (OpKind::Lease, 3),
 ];
 
 /// One operation, drawn entirely up front with a fixed number of draws per operation, so that
