@@ -334,42 +334,15 @@ impl RwLock {
         mark: Option<&str>,
     ) -> std::result::Result<Lock, Failure> {
         let inner = &self.redlock.inner;
-        let scripts = crate::scripts::Scripts::get();
-        let value = crate::owner::value(&new_token(), &inner.label);
-        let [w, i, r] = self.keys();
-        let fenced = side == Side::Write && inner.fencing;
-        let (resource, script, mut keys) = match side {
-            Side::Read => {
-                let resource = self.part(&format!("r:{}", new_token()));
-                let key = self.redlock.key(&resource);
-                (resource, &scripts.rw_read, vec![w, i, r, key])
-            }
-            Side::Write => (self.part("w"), &scripts.rw_write, vec![w, i, r]),
-        };
-        let mut argv = vec![
-            Value::from(value.as_str()),
-            Value::Integer(req.ttl_ms as i64),
-        ];
-        if side == Side::Write {
-            argv.push(Value::from(mark.unwrap_or_default()));
-            argv.push(Value::Integer(req.ttl_ms as i64));
-            argv.push(Value::from(if fenced { "1" } else { "0" }));
-            if fenced {
-                keys.push(self.redlock.fence_key(&resource));
-            }
-        }
-        let lock_key = if side == Side::Read {
-            keys[3].clone()
-        } else {
-            keys[0].clone()
-        };
-        let held = Arc::new(Held {
-            keys: vec![lock_key],
-            value: value.clone(),
-            custom: false,
-            resources: vec![resource.clone()],
-            fence_keys: Vec::new(),
-        });
+        let Plan {
+            resource,
+            script,
+            keys,
+            argv,
+            held,
+            fenced,
+        } = self.plan(side, req, mark);
+        let value = held.value.clone();
         // Armed until settled: a dropped attempt releases our key everywhere.
         let mut guard = Cleanup(Some((self.redlock.clone(), held.clone())), req.ttl);
         let t0 = Instant::now();
@@ -460,6 +433,55 @@ impl RwLock {
         })
     }
 
+    /// What one attempt sends (the script, its keys and arguments) and what it would hold.
+    fn plan(&self, side: Side, req: &crate::redlock::Request, mark: Option<&str>) -> Plan {
+        let inner = &self.redlock.inner;
+        let scripts = crate::scripts::Scripts::get();
+        let value = crate::owner::value(&new_token(), &inner.label);
+        let [w, i, r] = self.keys();
+        let fenced = side == Side::Write && inner.fencing;
+        let ttl_ms = Value::Integer(req.ttl_ms as i64);
+        let (resource, script, keys, argv) = match side {
+            Side::Read => {
+                let resource = self.part(&format!("r:{}", new_token()));
+                let key = self.redlock.key(&resource);
+                let argv = vec![Value::from(value.as_str()), ttl_ms];
+                (resource, &scripts.rw_read, vec![w, i, r, key], argv)
+            }
+            Side::Write => {
+                let resource = self.part("w");
+                let mut keys = vec![w, i, r];
+                if fenced {
+                    keys.push(self.redlock.fence_key(&resource));
+                }
+                let argv = vec![
+                    Value::from(value.as_str()),
+                    ttl_ms.clone(),
+                    Value::from(mark.unwrap_or_default()),
+                    ttl_ms,
+                    Value::from(if fenced { "1" } else { "0" }),
+                ];
+                (resource, &scripts.rw_write, keys, argv)
+            }
+        };
+        let lock_key = self.redlock.key(&resource);
+        let held = Arc::new(Held {
+            keys: vec![lock_key],
+            value,
+            custom: false,
+            resources: vec![resource.clone()],
+            fence_keys: Vec::new(),
+        });
+        Plan {
+            resource,
+            script,
+            keys,
+            argv,
+            held,
+            fenced,
+        }
+    }
+
     /// Every node's writer, waiting writer and readers (label, token fingerprint, TTL). One read
     /// per node, waiting for every node (each bounded by the per-node timeout, default 500 ms).
     ///
@@ -503,6 +525,16 @@ impl RwLock {
             nodes,
         })
     }
+}
+
+/// One attempt's script, keys and arguments, and what it would hold (see [`RwLock::plan`]).
+struct Plan {
+    resource: String,
+    script: &'static crate::scripts::Script,
+    keys: Vec<String>,
+    argv: Vec<Value>,
+    held: Arc<Held>,
+    fenced: bool,
 }
 
 /// A node's state from the view script's pairs: writer, mark, readers.
