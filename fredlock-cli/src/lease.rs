@@ -107,8 +107,15 @@ pub async fn extend(common: &Common, a: ExtendArgs) -> i32 {
     };
     let extended = async {
         let mut lock = redlock.resume(lease).await?;
-        lock.extend(a.ttl).await?;
-        Ok::<_, Error>(lock.into_lease())
+        match lock.extend(a.ttl).await {
+            Ok(()) => Ok(lock.into_lease()),
+            Err(e) => {
+                // Never released here: the lease still stands for the lock (a node timing out
+                // does not end it; its own deadline does).
+                drop(lock.into_lease());
+                Err::<Lease, Error>(e)
+            }
+        }
     };
     let code = match extended.await {
         Ok(lease) => {
