@@ -118,13 +118,13 @@ pub use error::{
     Error, InvalidInput, LostReason, Names, NodeError, NodeErrorKind, NotHeldReason, Result, Vote,
     Votes,
 };
-pub use inspect::{Holder, Inspection, NodeView, Verdict};
+pub use inspect::{Holder, Inspection, NodeView, RwInspection, RwNodeState, RwNodeView, Verdict};
 pub use keepalive::{KeepAlive, KeepAliveOptions, LockHandle, Rejected};
 pub use lease::Lease;
 pub use lock::{AcquireOptions, Lock, ReleaseReport};
 pub use owner::{MAX_LABEL_LEN, MAX_TOKEN_LEN, SEPARATOR};
 pub use redlock::{Redlock, Resources, FALLBACK_FACTOR};
-pub use rwlock::{ReadGuard, RwInspection, RwLock, RwNodeState, RwNodeView, WriteGuard};
+pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Permit, Semaphore, SemaphoreInspection, MAX_PERMITS};
 pub use with_lock::{OnLost, WithLock};
 

@@ -28,7 +28,7 @@ use fred::prelude::Value;
 use tokio::time::Instant;
 
 use crate::error::{Error, InvalidInput, Names, NodeError, NodeErrorKind, Result, Vote, Votes};
-use crate::inspect::Holder;
+use crate::inspect::{node_state, RwInspection, RwNodeView};
 use crate::keepalive::{KeepAlive, KeepAliveOptions, Rejected};
 use crate::lock::{Lock, ReleaseReport};
 use crate::node::Held;
@@ -61,68 +61,7 @@ pub struct ReadGuard {
 #[derive(Debug)]
 pub struct WriteGuard {
     lock: Lock,
-}
-
-/// A read-write lock node by node. See [`RwLock::inspect`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RwInspection {
-    /// The lock's name.
-    pub name: String,
-    /// How many nodes make a quorum.
-    pub quorum: usize,
-    /// One view per node, in configuration order.
-    pub nodes: Vec<RwNodeView>,
-}
-
-/// One node's view of a read-write lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RwNodeView {
-    /// The node, as `host:port/db`.
-    pub node: String,
-    /// What the node holds, or why it could not say.
-    pub state: std::result::Result<RwNodeState, NodeError>,
-}
-
-/// What one node holds for a read-write lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RwNodeState {
-    /// The writer, if one holds the lock here.
-    pub writer: Option<Holder>,
-    /// Whether a writer waits here (new readers are refused).
-    pub writer_waiting: bool,
-    /// Every live reader here.
-    pub readers: Vec<Holder>,
-}
-
-impl RwInspection {
-    /// The writer whose token is on a quorum of nodes, if any.
-    pub fn writer(&self) -> Option<&Holder> {
-        let states: Vec<&RwNodeState> = self.states().collect();
-        let writers = states.iter().filter_map(|s| s.writer.as_ref());
-        writers.clone().find(|w| {
-            writers
-                .clone()
-                .filter(|o| o.fingerprint == w.fingerprint)
-                .count()
-                >= self.quorum
-        })
-    }
-
-    /// How many readers hold a share on a quorum of nodes.
-    pub fn readers(&self) -> usize {
-        let mut seen: Vec<&str> = self
-            .states()
-            .flat_map(|s| s.readers.iter().map(|r| r.fingerprint.as_str()))
-            .collect();
-        seen.sort_unstable();
-        seen.chunk_by(|a, b| a == b)
-            .filter(|run| run.len() >= self.quorum)
-            .count()
-    }
-
-    fn states(&self) -> impl Iterator<Item = &RwNodeState> + Clone {
-        self.nodes.iter().filter_map(|n| n.state.as_ref().ok())
-    }
+    rw: RwLock,
 }
 
 impl Redlock {
@@ -235,7 +174,10 @@ impl RwLock {
         let lock = self
             .acquire(Side::Write, ttl, self.redlock.inner.retry, None)
             .await?;
-        Ok(WriteGuard { lock })
+        Ok(WriteGuard {
+            lock,
+            rw: self.clone(),
+        })
     }
 
     /// Like [`write`](Self::write), bounded by `wait` instead of a number of attempts.
@@ -245,7 +187,10 @@ impl RwLock {
         let lock = self
             .acquire(Side::Write, ttl, self.redlock.inner.retry, Some(wait))
             .await?;
-        Ok(WriteGuard { lock })
+        Ok(WriteGuard {
+            lock,
+            rw: self.clone(),
+        })
     }
 
     /// One attempt at the write lock: `Ok(None)` when readers or a writer hold it (its waiting
@@ -254,7 +199,10 @@ impl RwLock {
     /// Cancellation: as for [`write`](Self::write).
     pub async fn try_write(&self, ttl: Duration) -> Result<Option<WriteGuard>> {
         match self.acquire(Side::Write, ttl, Retry::once(), None).await {
-            Ok(lock) => Ok(Some(WriteGuard { lock })),
+            Ok(lock) => Ok(Some(WriteGuard {
+                lock,
+                rw: self.clone(),
+            })),
             Err(Error::Contended { .. }) => Ok(None),
             Err(e) => Err(e),
         }
@@ -537,16 +485,6 @@ struct Plan {
     fenced: bool,
 }
 
-/// A node's state from the view script's pairs: writer, mark, readers.
-fn node_state(pairs: &[Option<(String, i64)>]) -> RwNodeState {
-    let holder = |p: &Option<(String, i64)>| p.as_ref().map(|(v, t)| Holder::from_value(v, *t));
-    RwNodeState {
-        writer: pairs.first().and_then(holder),
-        writer_waiting: pairs.get(1).is_some_and(Option::is_some),
-        readers: pairs.iter().skip(2).filter_map(holder).collect(),
-    }
-}
-
 /// A writer's waiting mark: one value for every attempt of one call, removed from every node
 /// when the call ends (granted, given up or dropped).
 struct Mark {
@@ -693,6 +631,102 @@ guard_methods!(ReadGuard);
 guard_methods!(WriteGuard);
 
 impl WriteGuard {
+    /// Turns the write lock into a read share for `ttl` without a gap: on every node, in one
+    /// step, where the writer key still holds this writer's value, a reader key is set and the
+    /// writer key deleted. No other writer can get in between, and readers that waited behind
+    /// this writer may join as soon as it is done. The share's deadline counts from the start of
+    /// this call, as an acquire's.
+    ///
+    /// Errors: [`Error::NotHeld`] when a quorum no longer held the write lock (or its deadline
+    /// passed first), [`Error::Unavailable`] when too few nodes answered; either way nothing is
+    /// held any more: the write lock and whatever share was set are released on every node.
+    /// [`Error::InvalidInput`] for a bad TTL (the write lock is then released too).
+    ///
+    /// Cancellation: dropping the future releases the write lock and the share on every node, in
+    /// the background.
+    pub async fn downgrade(self, ttl: Duration) -> Result<ReadGuard> {
+        let WriteGuard { lock, rw } = self;
+        let until = lock.deadline();
+        let writer_ttl = lock.ttl();
+        let req = rw.redlock.request_unchecked(vec![rw.part("w")], ttl)?;
+        let (writer, _) = lock.disarm();
+        let redlock = &rw.redlock;
+        let inner = &redlock.inner;
+        // Armed until settled: a dropped downgrade releases both keys everywhere.
+        let mut wguard = Cleanup(Some((redlock.clone(), writer.clone())), writer_ttl);
+        let resource = rw.part(&format!("r:{}", new_token()));
+        let key = redlock.key(&resource);
+        let value = crate::owner::value(&new_token(), &inner.label);
+        let reader = Arc::new(Held {
+            keys: vec![key.clone()],
+            value: value.clone(),
+            custom: false,
+            resources: vec![resource],
+            fence_keys: Vec::new(),
+        });
+        let mut rguard = Cleanup(Some((redlock.clone(), reader.clone())), req.ttl);
+        let [w, _, r] = rw.keys();
+        let keys = Arc::new(vec![w, r, key]);
+        let argv = Arc::new(vec![
+            Value::from(writer.value.as_str()),
+            Value::from(value.as_str()),
+            Value::Integer(req.ttl_ms as i64),
+        ]);
+        let t0 = Instant::now();
+        let deadline = t0.checked_add(req.validity).map(|d| d.min(until));
+        let script = &crate::scripts::Scripts::get().rw_downgrade;
+        let creating: Arc<str> = Arc::from(value.as_str());
+        let calls = inner.nodes.iter().enumerate().map(|(n, node)| {
+            let call = node.clone().eval_script(
+                script,
+                keys.clone(),
+                argv.clone(),
+                Some(creating.clone()),
+                req.timeout,
+            );
+            let name = node.name.clone();
+            (n, async move { crate::reply::vote(&name, call.await) })
+        });
+        let answers = fan_out(
+            inner.nodes.len(),
+            calls,
+            Some(until),
+            Late::Finish,
+            quorum_known,
+        )
+        .await;
+        let votes = quorum::votes(answers);
+        crate::metrics::failures(&votes.0);
+        let now = Instant::now();
+        if let Some(deadline) = deadline.filter(|d| now < *d) {
+            if quorum::outcome(&votes.0) == Outcome::Reached {
+                wguard.0 = None;
+                rguard.0 = None;
+                let grant = Grant {
+                    held: reader,
+                    t0,
+                    deadline,
+                    fencing: None,
+                };
+                let lock = Lock::from_grant(redlock.clone(), grant, req.ttl);
+                return Ok(ReadGuard { lock });
+            }
+        }
+        let all = 0..inner.nodes.len();
+        inner.release_unawaited(&reader, all.clone(), req.ttl).await;
+        inner.release_unawaited(&writer, all, writer_ttl).await;
+        wguard.0 = None;
+        rguard.0 = None;
+        if now >= until {
+            return Err(Error::NotHeld {
+                resources: Names(vec![rw.name.clone()]),
+                reason: crate::error::NotHeldReason::Expired,
+                votes,
+            });
+        }
+        Err(inner.round_failure(std::slice::from_ref(&rw.name), votes))
+    }
+
     /// The write lock's fencing token (with [`fencing_tokens`](crate::Builder::fencing_tokens)):
     /// strictly larger than that of every earlier writer of this lock. Readers have none.
     pub fn fencing_token(&self) -> Option<u64> {

@@ -177,6 +177,20 @@ if ARGV[5] == '1' then c = tonumber(redis.call('GET', KEYS[4]) or '0') or -1 end
 return {1, c}
 "#;
 
+/// Read-write lock, downgrade: the writer becomes a reader without a gap, in one step per
+/// node: only where the writer key still holds the writer's value, a reader key is set and
+/// listed and the writer key deleted.
+/// KEYS[1]: the writer key, KEYS[2]: the readers set, KEYS[3]: the new reader's key.
+/// ARGV[1]: the writer's value, ARGV[2]: the reader's value, ARGV[3]: TTL in ms.
+/// Reply: 1 downgraded; 0 the writer key is not ours (nothing changed).
+const RW_DOWNGRADE: &str = r#"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if not redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ARGV[3]) then return 0 end
+redis.call('SADD', KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[1])
+return 1
+"#;
+
 /// Read-write lock, inspect: the writer, the waiting writer's mark and every live reader.
 /// KEYS[1]: the writer key, KEYS[2]: the writer-waiting key, KEYS[3]: the readers set.
 /// Reply: `{writer value or nil, pttl, mark or nil, pttl, reader value, pttl, ...}`.
@@ -382,6 +396,7 @@ pub(crate) struct Scripts {
     pub(crate) rw_read: Script,
     pub(crate) rw_write: Script,
     pub(crate) rw_view: Script,
+    pub(crate) rw_downgrade: Script,
     pub(crate) release: Script,
     pub(crate) release_wake: Script,
     pub(crate) inspect: Script,
@@ -408,6 +423,8 @@ impl Scripts {
             rw_read: Script::eval_only(RW_READ),
             rw_write: Script::eval_only(RW_WRITE),
             rw_view: Script::new(RW_VIEW),
+            // Deletes the writer key, as a release does: EVAL-only.
+            rw_downgrade: Script::eval_only(RW_DOWNGRADE),
             release: Script::eval_only(RELEASE),
             release_wake: Script::eval_only(RELEASE_WAKE),
             inspect: Script::new(INSPECT),

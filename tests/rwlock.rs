@@ -249,3 +249,39 @@ async fn concurrent_readers_and_writers_never_overlap() {
         "readers never shared the lock"
     );
 }
+
+#[tokio::test]
+async fn a_writer_downgrades_to_a_reader_without_a_gap() {
+    let env = env(3).await;
+    let rw = env.redlock.rwlock(unique("rw-down")).expect("rwlock");
+    let w = rw.write(10 * SECOND).await.expect("write");
+    let r = w.downgrade(10 * SECOND).await.expect("downgrade");
+    let seen = rw.inspect().await.expect("inspect");
+    assert!(seen.writer().is_none(), "the writer key is gone");
+    assert_eq!(seen.readers(), 1, "the downgraded share is there");
+    // A share, not a write lock: readers join, writers wait.
+    let other = rw
+        .try_read(10 * SECOND)
+        .await
+        .expect("try_read")
+        .expect("readers join");
+    assert!(
+        rw.try_write(SECOND).await.expect("try_write").is_none(),
+        "a writer beside readers"
+    );
+    other.release().await.expect("release");
+    r.release().await.expect("release the downgraded share");
+    let w = rw
+        .try_write(SECOND)
+        .await
+        .expect("try_write")
+        .expect("free again");
+    // A writer that lost its lock cannot downgrade: nothing is left behind.
+    let key = env.redlock.key(&w.lock().resources()[0]);
+    for i in 0..3 {
+        del(&env.redlock, i, &key).await;
+    }
+    let err = w.downgrade(10 * SECOND).await.expect_err("not held");
+    assert!(matches!(err, Error::NotHeld { .. }), "{err}");
+    assert_eq!(rw.inspect().await.expect("inspect").readers(), 0);
+}
