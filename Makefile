@@ -15,10 +15,12 @@ test: redis-server
 ## make bench: latency and throughput against a raw fred floor, on local nodes, then the fleet
 ## table (P = 4, 16, 64 child processes on one lock, semaphore and election), then elections
 ## (bench_elect: 64 observer processes, handover, observer lag, idle cost, failover, priorities).
-## BENCH_ARGS=--fleet-only: only the fleet table; BENCH_ARGS=--quick: shorter everything.
+## then the read-write lock against the mutex (bench_rwlock: 16 readers and 1 writer, as tasks
+## and as processes). BENCH_ARGS=--fleet-only: only the fleet table; BENCH_ARGS=--quick: shorter everything.
 bench: redis-server
 	$(CARGO) run --release --example bench -- $(BENCH_ARGS)
 	$(CARGO) run --release --example bench_elect
+	$(CARGO) run --release --example bench_rwlock -- $(BENCH_ARGS)
 
 ## make scheduler: three scheduler processes elect a leader; the leader is killed; another takes over
 scheduler: redis-server

@@ -271,6 +271,9 @@ pub enum InvalidInput {
     /// A keep-alive setting that cannot work (for example an extension interval of zero).
     #[error("invalid keep-alive setting: {0}")]
     KeepAlive(&'static str),
+    /// A lease's text ([`Lease`](crate::Lease)'s `FromStr`) could not be read.
+    #[error("not a fredlock lease ({0}): pass the whole text that Lease's Display (or `fredlock acquire`) printed")]
+    InvalidLease(&'static str),
     /// An owner label that cannot be stored with a lock: longer than
     /// [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes, or with a control character (a newline, a
     /// tab, the separator 0x1f). Labels are public text that operators read.

@@ -199,6 +199,78 @@ impl Redlock {
     }
 }
 
+/// A read-write lock node by node. See [`RwLock::inspect`](crate::RwLock::inspect).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RwInspection {
+    /// The lock's name.
+    pub name: String,
+    /// How many nodes make a quorum.
+    pub quorum: usize,
+    /// One view per node, in configuration order.
+    pub nodes: Vec<RwNodeView>,
+}
+
+/// One node's view of a read-write lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RwNodeView {
+    /// The node, as `host:port/db`.
+    pub node: String,
+    /// What the node holds, or why it could not say.
+    pub state: std::result::Result<RwNodeState, NodeError>,
+}
+
+/// What one node holds for a read-write lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RwNodeState {
+    /// The writer, if one holds the lock here.
+    pub writer: Option<Holder>,
+    /// Whether a writer waits here (new readers are refused).
+    pub writer_waiting: bool,
+    /// Every live reader here.
+    pub readers: Vec<Holder>,
+}
+
+impl RwInspection {
+    /// The writer whose token is on a quorum of nodes, if any.
+    pub fn writer(&self) -> Option<&Holder> {
+        let states: Vec<&RwNodeState> = self.states().collect();
+        let writers = states.iter().filter_map(|s| s.writer.as_ref());
+        writers.clone().find(|w| {
+            writers
+                .clone()
+                .filter(|o| o.fingerprint == w.fingerprint)
+                .count()
+                >= self.quorum
+        })
+    }
+
+    /// How many readers hold a share on a quorum of nodes.
+    pub fn readers(&self) -> usize {
+        let mut seen: Vec<&str> = self
+            .states()
+            .flat_map(|s| s.readers.iter().map(|r| r.fingerprint.as_str()))
+            .collect();
+        seen.sort_unstable();
+        seen.chunk_by(|a, b| a == b)
+            .filter(|run| run.len() >= self.quorum)
+            .count()
+    }
+
+    fn states(&self) -> impl Iterator<Item = &RwNodeState> + Clone {
+        self.nodes.iter().filter_map(|n| n.state.as_ref().ok())
+    }
+}
+
+/// A node's state from the view script's pairs: writer, mark, readers.
+pub(crate) fn node_state(pairs: &[Option<(String, i64)>]) -> RwNodeState {
+    let holder = |p: &Option<(String, i64)>| p.as_ref().map(|(v, t)| Holder::from_value(v, *t));
+    RwNodeState {
+        writer: pairs.first().and_then(holder),
+        writer_waiting: pairs.get(1).is_some_and(Option::is_some),
+        readers: pairs.iter().skip(2).filter_map(holder).collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

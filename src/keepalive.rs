@@ -356,6 +356,16 @@ impl KeepAlive {
     }
 }
 
+impl KeepAlive {
+    /// Stops the extension and hands back the lock, still held and not released (the lock is
+    /// handed over, for a lease); `None` when it was lost. Handles then see
+    /// [`LostReason::Released`].
+    pub(crate) async fn stop(mut self) -> Option<Lock> {
+        mark_lost(&self.handle.tx, LostReason::Released);
+        self.driver.stop().await
+    }
+}
+
 impl Drop for KeepAlive {
     fn drop(&mut self) {
         // Lost first; then the driver drops the Lock, which releases in the background.

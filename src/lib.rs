@@ -79,7 +79,9 @@
 //!    per lock.
 //! 8. `keepalive`: [`KeepAlive`] and [`LockHandle`]: the guard, its release and the lost signal.
 //! 9. `with_lock` ([`Redlock::with_lock`]), `election` ([`Election`]), `semaphore` ([`Semaphore`]:
-//!    at most N holders, each permit a quorum lock on one of N slots).
+//!    at most N holders, each permit a quorum lock on one of N slots), `lease` ([`Lease`]: a
+//!    held lock handed to another process; [`Redlock::resume`], [`Redlock::release_lease`]),
+//!    `rwlock` ([`RwLock`]: many readers or one writer, each reader a quorum lock of its own).
 //! 10. [`config`]: the builder; validates, then constructs. Nothing imports it back.
 //!
 //! The test machinery (local `redis-server` nodes, node control, a fault proxy, the safety checker
@@ -99,6 +101,7 @@ mod force;
 mod inspect;
 mod keepalive;
 mod leader;
+mod lease;
 mod line;
 mod lock;
 mod metrics;
@@ -110,6 +113,7 @@ mod quorum;
 mod redlock;
 mod renewal;
 mod reply;
+mod rwlock;
 mod scripts;
 mod semaphore;
 mod slots;
@@ -122,15 +126,17 @@ pub use error::{
     Error, InvalidInput, LostReason, Names, NodeError, NodeErrorKind, NotHeldReason, Result, Round,
     Vote, Votes,
 };
-pub use inspect::{Holder, Inspection, NodeView, Verdict};
+pub use inspect::{Holder, Inspection, NodeView, RwInspection, RwNodeState, RwNodeView, Verdict};
 pub use keepalive::{KeepAlive, KeepAliveOptions, LockHandle, Rejected};
 pub use leader::Leader;
+pub use lease::Lease;
 pub use lock::{AcquireOptions, Lock, ReleaseReport};
 pub use observe::Observer;
 pub use owner::{MAX_LABEL_LEN, MAX_TOKEN_LEN, SEPARATOR};
 #[allow(deprecated)]
 pub use redlock::FALLBACK_FACTOR;
 pub use redlock::{Redlock, Resources};
+pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Permit, Semaphore, SemaphoreInspection, MAX_PERMITS};
 pub use with_lock::{OnLost, WithLock};
 

@@ -37,6 +37,9 @@ pub struct Lock {
     released: bool,
     /// With fencing: one token per resource, in `resources` order.
     fencing: Option<Vec<u64>>,
+    /// [`AcquireOptions::hold_at_least`]: a release before `acquired_at + this` lets the keys
+    /// expire then instead of deleting them.
+    hold_at_least: Option<Duration>,
 }
 
 /// What [`Lock::release`] found on each node.
@@ -62,7 +65,37 @@ impl Lock {
             deadline: grant.deadline,
             released: false,
             fencing: grant.fencing,
+            hold_at_least: None,
         }
+    }
+
+    /// The minimum hold of [`AcquireOptions::hold_at_least`], if any.
+    pub fn hold_at_least(&self) -> Option<Duration> {
+        self.hold_at_least
+    }
+
+    pub(crate) fn set_hold_at_least(&mut self, at_least: Option<Duration>) {
+        self.hold_at_least = at_least.filter(|d| !d.is_zero());
+    }
+
+    /// Milliseconds of the minimum hold left (at least 1), or `None` when it is over or unset.
+    fn hold_left_ms(&self) -> Option<u64> {
+        let left = self
+            .hold_at_least?
+            .checked_sub(self.acquired_at.elapsed())?;
+        if left.is_zero() {
+            return None;
+        }
+        // Rounded up: the keys must not expire before the minimum. Never more than the TTL (the
+        // script would leave such keys alone anyway, and a huge value is no valid PEXPIRE).
+        let ms = left.min(self.ttl).as_nanos().div_ceil(1_000_000);
+        Some(u64::try_from(ms).unwrap_or(u64::MAX).max(1))
+    }
+
+    /// Marks the lock as no longer this handle's to release (a lease took it over).
+    pub(crate) fn disarm(mut self) -> (Arc<Held>, Option<Vec<u64>>) {
+        self.released = true;
+        (self.held.clone(), self.fencing.take())
     }
 
     /// The fencing token of this lock (of its first resource, for a multi-resource lock), when
@@ -202,6 +235,11 @@ impl Lock {
     /// it expired or was taken over, and the work done under it may not have been exclusive.
     /// [`Error::Unavailable`](crate::Error::Unavailable) when too few nodes answered to know.
     ///
+    /// With [`AcquireOptions::hold_at_least`], a release before `acquired_at + at_least` deletes
+    /// nothing: every node lowers the keys' TTL so that they expire at that time (a key whose TTL
+    /// ends sooner keeps it; nothing is ever lengthened), and the votes say where our token was
+    /// still present. The lock counts as released for this handle at once either way.
+    ///
     /// Cancellation: dropping the future still releases (the release is finished in the
     /// background, as when a `Lock` is dropped).
     pub async fn release(mut self) -> Result<ReleaseReport> {
@@ -211,8 +249,15 @@ impl Lock {
         let held = self.held.clone();
         // From here on, a drop of this future must still release: keep `self` armed until the
         // round has been sent and answered.
-        let votes =
-            tracing::Instrument::instrument(inner.release_all(&held, self.ttl), span.clone()).await;
+        let votes = match self.hold_left_ms() {
+            Some(ms) => {
+                tracing::Instrument::instrument(inner.shorten_all(&held, ms), span.clone()).await
+            }
+            None => {
+                tracing::Instrument::instrument(inner.release_all(&held, self.ttl), span.clone())
+                    .await
+            }
+        };
         self.released = true;
         crate::metrics::held(self.acquired_at.elapsed());
         let elapsed = started.elapsed();
@@ -266,6 +311,7 @@ pub struct AcquireOptions {
     wait: Option<Duration>,
     /// Hand out a fencing token with this lock even when the Redlock does not (elections).
     pub(crate) fenced: bool,
+    hold_at_least: Option<Duration>,
 }
 
 impl std::fmt::Debug for AcquireOptions {
@@ -275,6 +321,7 @@ impl std::fmt::Debug for AcquireOptions {
             .field("label", &self.label)
             .field("token", &self.token.as_ref().map(|_| "***"))
             .field("wait", &self.wait)
+            .field("hold_at_least", &self.hold_at_least)
             .finish()
     }
 }
@@ -322,6 +369,19 @@ impl AcquireOptions {
         self
     }
 
+    /// Hold the lock for at least `at_least` from [`Lock::acquired_at`], however early it is
+    /// released: for jobs that every replica fires at the same time (cron de-duplication), where
+    /// a job that finishes in 50 ms and releases would let a replica whose clock is late run it
+    /// again. A [`release`](Lock::release) (or drop) before `acquired_at + at_least` deletes
+    /// nothing: the keys are left to expire at that time, their TTL shortened to it (never
+    /// lengthened: with `at_least` longer than the TTL they expire with the TTL). A release after
+    /// it deletes the keys as usual. The handle reports the lock released at once either way,
+    /// and other acquires are refused until the keys expire. `Duration::ZERO`: no minimum.
+    pub fn hold_at_least(mut self, at_least: Duration) -> Self {
+        self.hold_at_least = Some(at_least);
+        self
+    }
+
     /// Checks the options and puts them into `req`.
     pub(crate) fn apply(&self, req: &mut crate::redlock::Request) -> Result<()> {
         if let Some(label) = &self.label {
@@ -338,6 +398,16 @@ impl AcquireOptions {
 
 impl Drop for Lock {
     fn drop(&mut self) {
+        if let (false, Some(ms)) = (self.released, self.hold_left_ms()) {
+            // Held for a minimum that is not over: the keys are shortened, not deleted (without
+            // a runtime they keep their TTL, which only holds the lock longer).
+            crate::metrics::held(self.acquired_at.elapsed());
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let (inner, held) = (self.redlock.inner.clone(), self.held.clone());
+                rt.spawn(async move { inner.shorten_all(&held, ms).await });
+            }
+            return;
+        }
         if !self.released {
             crate::metrics::held(self.acquired_at.elapsed());
             tracing::debug!(resources = ?self.held.resources, "fredlock: Lock dropped without release(); releasing in the background");
@@ -484,9 +554,12 @@ impl Redlock {
             hot: req.keys[0].clone(),
         });
         let req = &req;
+        let hold_at_least = options.hold_at_least;
         let attempt = |turn: Turn| async move {
             let grant = self.attempt(req, &turn).await?;
-            Ok(Lock::from_grant(self.clone(), grant, req.ttl))
+            let mut lock = Lock::from_grant(self.clone(), grant, req.ttl);
+            lock.set_hold_at_least(hold_at_least);
+            Ok(lock)
         };
         let lock = self
             .with_retries(retry, wait, &req.resources, line, ttl, attempt)

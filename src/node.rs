@@ -639,6 +639,29 @@ impl Node {
         reply::slot(&self.name, reply, req.slot_keys.len())
     }
 
+    /// A script of a primitive above (a read-write lock's) over `keys`, which share one hash
+    /// slot, with `argv`. `creating`: the value the script may store, for an acquire (on a
+    /// cluster node a release of that value then waits for it, as for a lock's acquire).
+    pub(crate) async fn eval_script(
+        self: Arc<Self>,
+        script: &'static Script,
+        keys: Arc<Vec<String>>,
+        argv: Arc<Vec<Value>>,
+        creating: Option<Arc<str>>,
+        timeout: Duration,
+    ) -> Result<Value, NodeError> {
+        self.state.counts()?;
+        let _running = creating.as_deref().and_then(|v| self.inflight(v));
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let here = self.script_on(script, &refs, &argv, timeout);
+        match (&self.backend, creating) {
+            (Backend::Cluster(_), Some(value)) => {
+                Box::pin(crate::cluster::creating(&value, here)).await
+            }
+            _ => here.await,
+        }
+    }
+
     /// Reads several keys atomically: per key `Some((value, pttl_ms))`, or `None` when absent.
     pub(crate) async fn view(
         self: Arc<Self>,
@@ -679,22 +702,43 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
     ) -> Vote {
+        let scripts = crate::scripts::Scripts::get();
+        self.ttl_script(&scripts.extend, held, ttl_ms, timeout)
+            .await
+    }
+
+    /// Lowers the TTL of every key to `ttl_ms` if all still hold our token (a key already
+    /// closer to expiry keeps its TTL); never lengthens or re-creates a key.
+    pub(crate) async fn shorten(
+        self: Arc<Self>,
+        held: Arc<Held>,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Vote {
+        let scripts = crate::scripts::Scripts::get();
+        self.ttl_script(&scripts.shorten, held, ttl_ms, timeout)
+            .await
+    }
+
+    /// EXTEND or SHORTEN over `held`'s keys (one call per hash slot on a cluster node).
+    async fn ttl_script(
+        self: Arc<Self>,
+        script: &'static Script,
+        held: Arc<Held>,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Vote {
         if let Err(e) = self.state.counts() {
             return Vote::Failed(e);
         }
-        let scripts = crate::scripts::Scripts::get();
         let this = &*self;
         let one = |sub: Held| async move {
-            let reply = this
-                .script(&scripts.extend, &sub, Some(ttl_ms), timeout)
-                .await;
+            let reply = this.script(script, &sub, Some(ttl_ms), timeout).await;
             reply::vote(&this.name, reply)
         };
         match self.slot_groups(&held.keys) {
             None => {
-                let reply = self
-                    .script(&scripts.extend, &held, Some(ttl_ms), timeout)
-                    .await;
+                let reply = self.script(script, &held, Some(ttl_ms), timeout).await;
                 reply::vote(&self.name, reply)
             }
             Some(groups) => {
@@ -702,6 +746,31 @@ impl Node {
                 all(futures::future::join_all(subs).await)
             }
         }
+    }
+
+    /// Whether every key still holds our token here, and the shortest TTL left (a lease's
+    /// check; changes nothing). On a cluster node, one call per hash slot.
+    pub(crate) async fn check_lease(
+        self: Arc<Self>,
+        held: Arc<Held>,
+        timeout: Duration,
+    ) -> reply::Checked {
+        if let Err(e) = self.state.counts() {
+            return reply::lease_checked(&self.name, Err(e));
+        }
+        let scripts = crate::scripts::Scripts::get();
+        let this = &*self;
+        let one = |sub: Held| async move {
+            let reply = this.script(&scripts.lease_check, &sub, None, timeout).await;
+            reply::lease_checked(&this.name, reply)
+        };
+        let groups = self
+            .slot_groups(&held.keys)
+            .unwrap_or_else(|| vec![(0..held.keys.len()).collect()]);
+        let parts = futures::future::join_all(groups.iter().map(|g| one(held.subset(g)))).await;
+        let pttl_ms = parts.iter().map(|c| c.pttl_ms).min().unwrap_or(0);
+        let vote = all(parts.into_iter().map(|c| c.vote).collect());
+        reply::Checked { vote, pttl_ms }
     }
 
     /// Extends many locks at once: per lock, what [`extend`](Self::extend) does for one (reset

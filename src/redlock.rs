@@ -804,7 +804,23 @@ impl Inner {
         votes
     }
 
-    fn release_timeout(&self) -> Duration {
+    /// The release of a lock held for at least a minimum, before that minimum: every node lowers
+    /// our keys' TTL to `ttl_ms` (never raising it) instead of deleting them, so they expire when
+    /// the minimum ends. Decided as soon as a quorum's answer is known; a node that missed it
+    /// keeps the keys until their TTL, which only holds the lock longer.
+    pub(crate) async fn shorten_all(&self, held: &Arc<Held>, ttl_ms: u64) -> Votes {
+        let timeout = self.release_timeout();
+        let calls = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i, n.clone().shorten(held.clone(), ttl_ms, timeout)));
+        let votes = votes(fan_out(self.nodes.len(), calls, None, Late::Drop, quorum_known).await);
+        crate::metrics::failures(&votes.0);
+        votes
+    }
+
+    pub(crate) fn release_timeout(&self) -> Duration {
         self.node_timeout.unwrap_or(Duration::from_millis(500))
     }
 
@@ -986,14 +1002,19 @@ impl Inner {
     /// Why a quorum round on a held lock (`round`: extend, release) failed: `NotHeld(TokenGone)`
     /// when refusals alone rule out a quorum, `Unavailable` otherwise (too few answers to know).
     pub(crate) fn round_failure(&self, held: &Held, round: Round, votes: Votes) -> Error {
+        self.names_failure(held.names(), round, votes)
+    }
+
+    /// [`round_failure`](Self::round_failure) for locks named `resources`.
+    pub(crate) fn names_failure(&self, resources: Names, round: Round, votes: Votes) -> Error {
         if votes.refused() > self.nodes.len() - self.quorum {
             Error::NotHeld {
-                resources: held.names(),
+                resources,
                 reason: NotHeldReason::TokenGone,
                 votes,
             }
         } else {
-            self.unavailable_in(round, held.names(), 1, votes)
+            self.unavailable_in(round, resources, 1, votes)
         }
     }
 

@@ -184,6 +184,29 @@ pub(crate) fn fenced_acquire(node: &str, reply: Result<Value, NodeError>, keys: 
     }
 }
 
+/// One node's answer to a lease check: whether our token holds every key there, and the
+/// shortest TTL left among them (ms; 0 when refused or failed).
+#[derive(Debug)]
+pub(crate) struct Checked {
+    pub(crate) vote: Vote,
+    pub(crate) pttl_ms: u64,
+}
+
+/// The lease-check script's reply: `{1, pttl}` or `{0}`. A key without expiry (PTTL -1) is no
+/// lock of ours: refused.
+pub(crate) fn lease_checked(node: &str, reply: Result<Value, NodeError>) -> Checked {
+    let (vote, pttl_ms) = match reply {
+        Ok(Value::Array(parts)) => match parts.as_slice() {
+            [Value::Integer(1), Value::Integer(t)] if *t > 0 => (Vote::Granted, *t as u64),
+            [Value::Integer(1), Value::Integer(_)] | [Value::Integer(0)] => (Vote::Refused, 0),
+            _ => (Vote::Failed(unexpected(node, "{1, pttl} or {0}")), 0),
+        },
+        Ok(_) => (Vote::Failed(unexpected(node, "an array")), 0),
+        Err(e) => (Vote::Failed(e), 0),
+    };
+    Checked { vote, pttl_ms }
+}
+
 /// The fence-raise script's reply: 1 when every counter is at least its token.
 pub(crate) fn fence_raised(node: &str, reply: Result<Value, NodeError>) -> Vote {
     match reply {
@@ -321,6 +344,24 @@ pub(crate) fn views(
     };
     if parts.len() != 2 * keys {
         return Err(unexpected(node, "a value and a pttl per key"));
+    }
+    parts
+        .chunks(2)
+        .map(|pair| value_and_pttl(node, pair))
+        .collect()
+}
+
+/// The read-write view script's reply: `[value, pttl]` pairs (writer, waiting mark, then each
+/// live reader), as [`holder`]; at least the first two.
+pub(crate) fn rw_view(
+    node: &str,
+    reply: Result<Value, NodeError>,
+) -> Result<Vec<Option<(String, i64)>>, NodeError> {
+    let Value::Array(parts) = reply? else {
+        return Err(unexpected(node, "an array"));
+    };
+    if parts.len() < 4 || parts.len() % 2 != 0 {
+        return Err(unexpected(node, "[value, pttl] pairs"));
     }
     parts
         .chunks(2)

@@ -86,6 +86,110 @@ end
 return n
 "#;
 
+/// Shorten (hold at least): only if EVERY key still holds our token, lower each key's TTL to
+/// ARGV[2] ms; a key whose TTL is already shorter (or that has none) keeps it, so this never
+/// lengthens a lock nor re-creates a key.
+/// KEYS: the lock keys. ARGV[1]: token, ARGV[2]: TTL in ms.
+/// Reply: 1 ours (shortened where needed), 0 not ours (nothing changed).
+const SHORTEN: &str = r#"
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) ~= ARGV[1] then return 0 end
+end
+local ms = tonumber(ARGV[2])
+for _, key in ipairs(KEYS) do
+  local left = redis.call('PTTL', key)
+  if left > ms then redis.call('PEXPIRE', key, ms) end
+end
+return 1
+"#;
+
+/// Check a lease (a lock handed to another process): whether EVERY key still holds our token,
+/// and the shortest TTL left among them. Changes nothing, so it never re-creates a lock.
+/// KEYS: the lock keys. ARGV[1]: token.
+/// Reply: `{1, pttl}` ours (pttl: the smallest PTTL in ms, -1 when a key has no expiry); `{0}`
+/// not ours (a key missing or holding another value).
+const LEASE_CHECK: &str = r#"
+local least = nil
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) ~= ARGV[1] then return {0} end
+  local t = redis.call('PTTL', key)
+  if least == nil or t < least then least = t end
+end
+return {1, least}
+"#;
+
+/// Read-write lock, take a read share. Each reader is a lock key of its own (expiring with its
+/// own TTL, extended and released like any lock key); the readers set lists the reader keys so
+/// that a writer can find them (members whose key is gone are dropped here and by writers).
+/// KEYS[1]: the writer key, KEYS[2]: the writer-waiting key, KEYS[3]: the readers set,
+/// KEYS[4]: this reader's key (all in one hash slot; the set's members are keys of that slot).
+/// ARGV[1]: value, ARGV[2]: TTL in ms.
+/// Reply: 1 the share was taken; 0 a writer holds the lock or waits for it (nothing set).
+const RW_READ: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+for _, k in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+  if redis.call('EXISTS', k) == 0 then redis.call('SREM', KEYS[3], k) end
+end
+if not redis.call('SET', KEYS[4], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+redis.call('SADD', KEYS[3], KEYS[4])
+return 1
+"#;
+
+/// Read-write lock, take the write lock: only when no writer holds it and no reader key of the
+/// set still exists. Refused, it marks a writer as waiting (unless another writer's mark is
+/// there), so that new readers are refused until the writer got in or gave up; the writer
+/// deletes its mark then (it also expires with ARGV[4]).
+/// KEYS[1]: the writer key, KEYS[2]: the writer-waiting key, KEYS[3]: the readers set,
+/// KEYS[4] (with fencing): the writer key's fencing counter.
+/// ARGV[1]: value, ARGV[2]: TTL in ms, ARGV[3]: this writer's waiting mark, ARGV[4]: the
+/// mark's TTL in ms, ARGV[5]: '1' to read the fencing counter.
+/// Reply: `{1, counter}` (0 without fencing; -1 when not a number) set; `{0}` refused.
+const RW_WRITE: &str = r#"
+local busy = redis.call('EXISTS', KEYS[1]) == 1
+for _, k in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+  if redis.call('EXISTS', k) == 1 then busy = true else redis.call('SREM', KEYS[3], k) end
+end
+if busy then
+  local mark = redis.call('GET', KEYS[2])
+  if not mark or mark == ARGV[3] then redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) end
+  return {0}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local c = 0
+if ARGV[5] == '1' then c = tonumber(redis.call('GET', KEYS[4]) or '0') or -1 end
+return {1, c}
+"#;
+
+/// Read-write lock, downgrade: the writer becomes a reader without a gap, in one step per
+/// node: only where the writer key still holds the writer's value, a reader key is set and
+/// listed and the writer key deleted.
+/// KEYS[1]: the writer key, KEYS[2]: the readers set, KEYS[3]: the new reader's key.
+/// ARGV[1]: the writer's value, ARGV[2]: the reader's value, ARGV[3]: TTL in ms.
+/// Reply: 1 downgraded; 0 the writer key is not ours (nothing changed).
+const RW_DOWNGRADE: &str = r#"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if not redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ARGV[3]) then return 0 end
+redis.call('SADD', KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[1])
+return 1
+"#;
+
+/// Read-write lock, inspect: the writer, the waiting writer's mark and every live reader.
+/// KEYS[1]: the writer key, KEYS[2]: the writer-waiting key, KEYS[3]: the readers set.
+/// Reply: `{writer value or nil, pttl, mark or nil, pttl, reader value, pttl, ...}`.
+const RW_VIEW: &str = r#"
+local out = {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]),
+  redis.call('GET', KEYS[2]), redis.call('PTTL', KEYS[2])}
+for _, k in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+  local v = redis.call('GET', k)
+  if v then
+    out[#out + 1] = v
+    out[#out + 1] = redis.call('PTTL', k)
+  end
+end
+return out
+"#;
+
 /// Inspect one key atomically.
 /// KEYS[1]: the lock key. Reply: `[value or nil, pttl]` (pttl -2 = no key, -1 = no expiry).
 const INSPECT: &str = r#"
@@ -543,6 +647,12 @@ return redis.call('PUBLISH', KEYS[1], ARGV[1])
 pub(crate) struct Scripts {
     pub(crate) acquire_many: Script,
     pub(crate) extend: Script,
+    pub(crate) shorten: Script,
+    pub(crate) lease_check: Script,
+    pub(crate) rw_read: Script,
+    pub(crate) rw_write: Script,
+    pub(crate) rw_view: Script,
+    pub(crate) rw_downgrade: Script,
     pub(crate) release: Script,
     pub(crate) inspect: Script,
     pub(crate) force_break: Script,
@@ -568,6 +678,16 @@ impl Scripts {
         SCRIPTS.get_or_init(|| Scripts {
             acquire_many: Script::eval_only(ACQUIRE_MANY),
             extend: Script::new(EXTEND),
+            // Like EXTEND, a resend can only find the token gone and do nothing.
+            shorten: Script::new(SHORTEN),
+            // Read-only: a resend changes nothing.
+            lease_check: Script::new(LEASE_CHECK),
+            // Acquires: EVAL-only, for the reason given at the top of this file.
+            rw_read: Script::eval_only(RW_READ),
+            rw_write: Script::eval_only(RW_WRITE),
+            rw_view: Script::new(RW_VIEW),
+            // Deletes the writer key, as a release does: EVAL-only.
+            rw_downgrade: Script::eval_only(RW_DOWNGRADE),
             release: Script::eval_only(RELEASE),
             inspect: Script::new(INSPECT),
             // A deletion is sent whole, like a release: a late NOSCRIPT resend could delete a

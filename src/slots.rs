@@ -111,6 +111,12 @@ fn rendezvous(addr: &str, key: &str) -> u64 {
     h ^ (h >> 31)
 }
 
+/// The resource name of part `part` of read-write lock `name` (its key is the prefix plus this):
+/// every part of one lock shares the hash tag `{name}`, so one script takes them all.
+pub(crate) fn rwlock_part(reserved: &str, name: &str, part: &str) -> String {
+    format!("{reserved}rw:{{{name}}}:{part}")
+}
+
 /// CRC16/XMODEM (polynomial 0x1021, initial 0), the checksum Redis Cluster uses.
 fn crc16(data: &[u8]) -> u16 {
     let mut crc: u16 = 0;

@@ -12,6 +12,7 @@ use futures::FutureExt;
 
 use crate::error::{Error, Result};
 use crate::keepalive::{KeepAliveOptions, LockHandle};
+use crate::lock::AcquireOptions;
 use crate::redlock::{Redlock, Resources};
 
 /// What [`Redlock::with_lock_using`] does when the lock is lost while the closure runs.
@@ -35,6 +36,18 @@ pub struct WithLock {
     /// Bound on the acquire's total wait (see [`Redlock::acquire_with`]); `None` = the retry
     /// policy alone.
     pub wait: Option<Duration>,
+    /// Hold the lock at least this long from its acquisition, however soon the closure
+    /// returns (see [`AcquireOptions::hold_at_least`]); `None` = release at once.
+    pub hold_at_least: Option<Duration>,
+}
+
+impl WithLock {
+    /// Sets [`hold_at_least`](WithLock#structfield.hold_at_least) (see
+    /// [`AcquireOptions::hold_at_least`]).
+    pub fn hold_at_least(mut self, at_least: Duration) -> Self {
+        self.hold_at_least = Some(at_least);
+        self
+    }
 }
 
 impl Redlock {
@@ -81,10 +94,14 @@ impl Redlock {
         Fut: Future<Output = T>,
     {
         options.keep_alive.validate(self.inner.drift_factor)?;
-        let lock = match options.wait {
-            Some(wait) => self.acquire_with(resources, ttl, wait).await?,
-            None => self.acquire(resources, ttl).await?,
-        };
+        let mut acquire = AcquireOptions::new();
+        if let Some(wait) = options.wait {
+            acquire = acquire.wait(wait);
+        }
+        if let Some(at_least) = options.hold_at_least {
+            acquire = acquire.hold_at_least(at_least);
+        }
+        let lock = self.acquire_using(resources, ttl, &acquire).await?;
         let guard = lock.keep_alive_with(options.keep_alive)?;
         let handle = guard.handle();
         let work = AssertUnwindSafe(f(handle.clone())).catch_unwind();

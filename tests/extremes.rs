@@ -256,6 +256,8 @@ fn keep_alive_and_election_options_never_panic() {
                 keep_alive: ka_options(ka),
                 on_lost: if continue_on_lost { OnLost::Continue } else { OnLost::Cancel },
                 wait,
+                // Extremes of the minimum hold: none, zero, 1 ns, the wait's own extremes.
+                hold_at_least: wait,
             };
             let out = redlock
                 .with_lock_using(common::unique("wl").as_str(), ttl, options, |h| async move { h.token().len() })

@@ -24,7 +24,7 @@ const LAYERS: &[&[&str]] = &[
     &["lock", "inspect", "leader"],
     &["renewal", "force", "observe"],
     &["keepalive"],
-    &["with_lock", "election", "semaphore"],
+    &["with_lock", "election", "semaphore", "lease", "rwlock"],
     &["config"],
 ];
 

@@ -115,6 +115,14 @@ fn torture_finds_no_violation_within_the_assumptions() {
             "N={n}: only {} permits",
             r.stats.permits
         );
+        // The read-write locks were taken on both sides, and leases were resumed.
+        assert!(
+            r.stats.rw_reads >= 1 && r.stats.rw_writes >= 1,
+            "N={n}: read-write lock: {} reads, {} writes",
+            r.stats.rw_reads,
+            r.stats.rw_writes
+        );
+        assert!(r.stats.leases_resumed >= 1, "N={n}: no lease resumed");
         if r.config.fencing {
             assert!(
                 r.stats.fenced_accepted >= 10,
@@ -130,7 +138,7 @@ fn negative_controls_detect_the_planted_violations() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let controls = runtime().block_on(torture::negative_controls());
     println!("{}", torture::markdown(&[], &controls));
-    assert_eq!(controls.len(), 9);
+    assert_eq!(controls.len(), 11);
     for c in &controls {
         assert!(
             c.pass,

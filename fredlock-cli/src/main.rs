@@ -9,6 +9,7 @@ mod child;
 mod duration;
 mod elect;
 mod health;
+mod lease;
 mod nodes;
 mod run;
 mod show;
@@ -37,7 +38,8 @@ pub mod exit {
     /// The lock is held by someone else (`--no-wait`, or `--wait` ran out). Change it with
     /// `--conflict-exit-code`.
     pub const CONFLICT: i32 = 75;
-    /// The lock was lost while CMD ran; CMD was stopped.
+    /// `run`: the lock was lost while CMD ran; CMD was stopped. `extend`, `release`: the lease
+    /// no longer holds the lock (it expired, or someone else took it).
     pub const LOST: i32 = 76;
     /// CMD is not executable.
     pub const NOT_EXECUTABLE: i32 = 126;
@@ -56,15 +58,17 @@ EXIT CODES:
   69           nodes unavailable: too few answered to form a quorum (inspect, break); run,
                leader: no quorum answered for --no-quorum-timeout (10s)
   70           internal error
-  75           run: the lock is held by someone else (--no-wait, or --wait ran out);
+  75           run, acquire: the lock is held by someone else (--no-wait, or --wait ran out);
                --conflict-exit-code changes it
-  76           run: the lock was lost while CMD ran (CMD got SIGTERM, then SIGKILL)
+  76           run: the lock was lost while CMD ran (CMD got SIGTERM, then SIGKILL);
+               extend, release: the lease no longer holds the lock
   126, 127     CMD is not executable, or was not found
 
 ENVIRONMENT:
   FREDLOCK_NODES   node URLs, separated by commas or spaces (as --nodes)
   FREDLOCK_PREFIX  key prefix (as --prefix)
-  FREDLOCK_LABEL   owner label (as --label)";
+  FREDLOCK_LABEL   owner label (as --label)
+  FREDLOCK_LEASE   a lease (as --lease)";
 
 /// A quorum lock over independent Redis or Valkey nodes, from the shell.
 #[derive(Parser, Debug)]
@@ -125,6 +129,13 @@ enum Command {
     /// Check every node: reachable, round trip, version, duplicates, persistence, eviction
     /// policy, replicas, clock spread.
     Health(HealthArgs),
+    /// Take the lock NAME and print its lease (one line, a secret) for a later step to extend
+    /// or release, from any process; nothing is released when fredlock exits.
+    Acquire(lease::AcquireArgs),
+    /// Extend the lock of a lease by --ttl from now, and print the new lease.
+    Extend(lease::ExtendArgs),
+    /// Release the lock of a lease.
+    Release(lease::ReleaseArgs),
 }
 
 #[derive(Args, Debug)]
@@ -154,6 +165,11 @@ struct RunArgs {
     /// One attempt: if the lock is held, exit at once with the conflict code.
     #[arg(long)]
     no_wait: bool,
+    /// Keep the lock at least this long after acquiring it, even when CMD finishes sooner
+    /// (cron de-duplication: replicas firing the same job a little later find it held). A
+    /// shorter --ttl is raised to it.
+    #[arg(long, value_parser = duration::parse, value_name = "DURATION")]
+    hold_at_least: Option<Duration>,
     /// Exit code when the lock is held by someone else.
     #[arg(long, default_value_t = exit::CONFLICT, value_parser = clap::value_parser!(i32).range(0..=255))]
     conflict_exit_code: i32,
@@ -271,6 +287,7 @@ async fn dispatch(cli: Cli) -> i32 {
                     name: args.name,
                     ttl: args.lock.ttl,
                     wait,
+                    hold_at_least: args.hold_at_least,
                     kill_after: args.lock.kill_after,
                     no_quorum: args.lock.no_quorum_timeout,
                     conflict: args.conflict_exit_code,
@@ -341,6 +358,9 @@ async fn dispatch(cli: Cli) -> i32 {
             };
             health::health(&urls, &common.prefix, args.timeout, args.json, &args.allow).await
         }
+        Command::Acquire(args) => lease::acquire(&common, args).await,
+        Command::Extend(args) => lease::extend(&common, args).await,
+        Command::Release(args) => lease::release(&common, args).await,
     }
 }
 

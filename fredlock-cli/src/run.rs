@@ -16,6 +16,8 @@ pub struct RunOptions {
     pub ttl: Duration,
     /// How long to wait for the lock (`ZERO`: one attempt, `MAX`: no limit).
     pub wait: Duration,
+    /// Keep the lock at least this long from its acquisition, whenever CMD exits.
+    pub hold_at_least: Option<Duration>,
     pub kill_after: Duration,
     /// Exit 69 when no quorum answered for this long while waiting.
     pub no_quorum: Duration,
@@ -32,11 +34,17 @@ pub async fn run(redlock: &Redlock, o: RunOptions) -> i32 {
             return exit::SOFTWARE;
         }
     };
-    let options = AcquireOptions::new().wait(o.wait);
+    let mut options = AcquireOptions::new().wait(o.wait);
+    let mut ttl = o.ttl;
+    if let Some(at_least) = o.hold_at_least {
+        options = options.hold_at_least(at_least);
+        // The minimum never outlasts the TTL: a shorter TTL is raised to it.
+        ttl = ttl.max(at_least);
+    }
     let terminal = std::io::stderr().is_terminal();
     nodes::warn_at_start(redlock, &o.name).await;
     let acquired = {
-        let acquire = redlock.acquire_using(o.name.as_str(), o.ttl, &options);
+        let acquire = redlock.acquire_using(o.name.as_str(), ttl, &options);
         tokio::select! {
             got = acquire => got,
             // Dropping the acquire releases whatever its attempt may have set.

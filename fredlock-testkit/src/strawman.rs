@@ -6,6 +6,9 @@
 //! Different majorities can admit different holders, so a partition admits more holders than
 //! permits while no node ever holds more than `permits` members.
 //!
+//! [`NaiveRwLock`] counts readers per node and admits a reader that any node counted: a
+//! writer that reaches a majority without that node sees no reader, and both hold at once.
+//!
 //! [`NaiveFencing`] hands out fencing tokens as "INCR the counter on every node that granted,
 //! take the largest": different majorities advance different counters, so a token repeats
 //! (N = 3, grants on nodes {0,1}, {0,2}, {0,1}, {1,2} give tokens 1, 2, 3, 3).
@@ -115,6 +118,69 @@ impl NaiveFencing {
             }
         }
         best
+    }
+}
+
+/// Read: counted on a node without a writer (KEYS[1] the writer, KEYS[2] the readers set).
+const NAIVE_READ: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1
+"#;
+
+/// Write: set on a node that counts no reader and has no writer.
+const NAIVE_WRITE: &str = r#"
+if redis.call('SCARD', KEYS[2]) > 0 or redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"#;
+
+/// A read-write lock that counts readers per node and admits a reader counted by ANY node (no
+/// quorum for readers; a writer needs a quorum of nodes that count no reader): UNSAFE, a writer
+/// that reaches other nodes than a reader never sees it. For negative controls only.
+#[derive(Debug, Clone)]
+pub struct NaiveRwLock {
+    writer: String,
+    readers: String,
+    ttl: Duration,
+}
+
+impl NaiveRwLock {
+    /// A naive read-write lock `name` whose holders expire after `ttl`.
+    pub fn new(name: &str, ttl: Duration) -> NaiveRwLock {
+        NaiveRwLock {
+            writer: format!("strawman:rw:{{{name}}}:w"),
+            readers: format!("strawman:rw:{{{name}}}:r"),
+            ttl,
+        }
+    }
+
+    /// A read share for `holder`, asking the nodes in `clients` (as this reader reaches them):
+    /// admitted when any of them counted it.
+    pub async fn read(&self, clients: &[Client], holder: &str) -> bool {
+        self.ask(NAIVE_READ, clients, holder).await > 0
+    }
+
+    /// The write lock for `holder`: admitted when a quorum of `nodes` set it.
+    pub async fn write(&self, clients: &[Client], nodes: usize, holder: &str) -> bool {
+        self.ask(NAIVE_WRITE, clients, holder).await > nodes / 2
+    }
+
+    async fn ask(&self, script: &'static str, clients: &[Client], holder: &str) -> usize {
+        let calls = clients.iter().map(|c| {
+            let keys = vec![self.writer.clone(), self.readers.clone()];
+            let args = vec![holder.to_string(), self.ttl.as_millis().to_string()];
+            let c = c.clone();
+            async move {
+                let call = c.eval::<i64, _, _, _>(script, keys, args);
+                matches!(
+                    tokio::time::timeout(Duration::from_millis(100), call).await,
+                    Ok(Ok(1))
+                )
+            }
+        });
+        futures_admitted(calls).await
     }
 }
 

@@ -48,6 +48,7 @@ mod counter;
 mod inspections;
 mod modes;
 mod record;
+mod rwmode;
 #[cfg(test)]
 mod test_support;
 mod types;
@@ -107,6 +108,9 @@ struct State {
     events: Vec<(Instant, String)>,
     /// Semaphore mode: grants that are permits, with their semaphore's name and permits.
     permits: Vec<(GrantId, String, usize)>,
+    /// Read-write mode: grants of read-write locks, with the lock's name and whether it is the
+    /// write lock.
+    rw: Vec<(GrantId, String, bool)>,
     /// Fencing mode: each fenced grant's token per resource.
     fenced: Vec<(GrantId, String, u64)>,
     /// Fencing mode: each fenced register's accepted tokens, in the order it accepted them.
@@ -250,6 +254,7 @@ impl Checker {
         let counter = self.check_counter(&s, final_values, &mut found);
         // Semaphore and fencing modes.
         self.check_modes(&s, &mut found);
+        self.check_rw(&s, &mut found);
         *s.checks.entry("(c) counter writes").or_default() += s.writes.len() as u64;
         *s.checks.entry("(a) windows").or_default() += windows as u64;
         for (kind, detail) in found.violations {

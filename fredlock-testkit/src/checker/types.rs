@@ -50,6 +50,9 @@ pub enum ViolationKind {
     LeftKey,
     /// Semaphore mode: more permit windows of one semaphore overlapped than it has permits.
     OverPermits,
+    /// Read-write mode: a write window of a read-write lock overlapped another of its windows
+    /// (a reader's or another writer's).
+    RwOverlap,
     /// Fencing mode: a grant that began after another was returned got a token that is not
     /// larger, or two grants of one resource got the same token.
     FencingOrder,
@@ -102,6 +105,7 @@ impl ViolationKind {
             ViolationKind::KeyBeyondTtl => "S6 key left beyond its TTL",
             ViolationKind::LeftKey => "S6 failed/cancelled attempt left a key",
             ViolationKind::OverPermits => "semaphore: more holders than permits",
+            ViolationKind::RwOverlap => "read-write: a writer overlapped a reader or writer",
             ViolationKind::FencingOrder => "fencing: token not above an earlier grant's",
             ViolationKind::RegisterRegression => "fencing: register accepted a lower token",
             ViolationKind::Panic => "row 9 client task panicked",
@@ -193,6 +197,12 @@ pub enum GrantKind {
     Permit,
     /// A lock with fencing tokens, whose holder writes to a fenced register.
     Fenced,
+    /// A read share of a read-write lock (its resource is the reader's own key).
+    Read,
+    /// The write lock of a read-write lock.
+    Write,
+    /// A lock handed over as a lease and resumed (one grant: the same token).
+    Lease,
 }
 
 /// Everything about one grant, for [`Checker::record_grant`](super::Checker::record_grant).

@@ -342,6 +342,7 @@ pub(super) async fn final_checks(env: &Env) -> usize {
     let foreign: Vec<String> = env.foreign.iter().map(|f| env.observer.key(f)).collect();
     let private = env.observer.key("private:");
     let (fence, sem) = (env.observer.key("~fence:"), env.observer.key("~sem:"));
+    let rw = env.observer.key("~rw:");
     let ttl_max_ms = env.config.ttl_max.as_millis() as i64 + 1;
     let mut leftover = 0;
     for i in 0..env.config.nodes {
@@ -354,8 +355,11 @@ pub(super) async fn final_checks(env: &Env) -> usize {
             }
         };
         for k in keys {
-            // Fencing counters and a semaphore's permits record never expire by design.
-            let durable = k.starts_with(&fence) || (k.starts_with(&sem) && k.ends_with(":permits"));
+            // Fencing counters, a semaphore's permits record and a read-write lock's readers
+            // set never expire by design (the set empties, and so goes, with its readers).
+            let durable = k.starts_with(&fence)
+                || (k.starts_with(&sem) && k.ends_with(":permits"))
+                || (k.starts_with(&rw) && k.ends_with(":r"));
             if foreign.contains(&k) || k.starts_with(&private) || durable {
                 continue;
             }

@@ -1,5 +1,5 @@
-//! The semaphore and fencing negative controls: fixed schedules of partitions and restarts
-//! under which the strawmen (per-node counting, max-of-INCR tokens) and a node restarting EMPTY
+//! The semaphore, read-write and fencing negative controls: fixed schedules of partitions and
+//! restarts under which the strawmen (per-node counting, max-of-INCR tokens) and a node restarting EMPTY
 //! break the mode's invariant, which the checker MUST find; and fredlock under the same
 //! schedules (and with a durable node), where it must find nothing.
 //!
@@ -19,7 +19,7 @@ use super::controls::{control, ControlResult};
 use super::env::io_err;
 use super::schedule::ms;
 use crate::checker::{Checker, CheckerReport, GrantKind, GrantRecord, ViolationKind};
-use crate::strawman::{NaiveFencing, NaiveSemaphore};
+use crate::strawman::{NaiveFencing, NaiveRwLock, NaiveSemaphore};
 use crate::{FaultProxy, LocalNodes};
 
 /// Three holders of a 2-permit semaphore, each reaching a different majority of three nodes.
@@ -45,6 +45,20 @@ pub(super) async fn mode_controls() -> Vec<ControlResult> {
             "2",
             None,
             slot_semaphore(),
+        )
+        .await,
+        control(
+            "read-write lock counting readers per node (strawman), a reader on [2], a writer on [0,1]",
+            "2",
+            Some(ViolationKind::RwOverlap),
+            naive_rwlock(),
+        )
+        .await,
+        control(
+            "fredlock read-write lock, same partitions",
+            "2",
+            None,
+            quorum_rwlock(),
         )
         .await,
         control(
@@ -168,6 +182,71 @@ async fn slot_semaphore() -> io::Result<(CheckerReport, String)> {
         }
     }
     let detail = format!("{} of 3 holders got a permit", held.len());
+    Ok((checker.finish(&HashMap::new()), detail))
+}
+
+/// A reader reaching node 2 only, then a writer reaching nodes 0 and 1: both admitted by the
+/// strawman, whose reader needs no quorum.
+async fn naive_rwlock() -> io::Result<(CheckerReport, String)> {
+    let nodes = LocalNodes::start(3).await?;
+    let checker = checker();
+    let naive = NaiveRwLock::new("control", TTL);
+    let mut admitted = Vec::new();
+    for (h, (view, write)) in [(&[2][..], false), (&[0, 1][..], true)]
+        .into_iter()
+        .enumerate()
+    {
+        let (_direct, clients) = clients(&nodes, view).await?;
+        let t0 = Instant::now();
+        let ok = if write {
+            naive.write(&clients, 3, "writer").await
+        } else {
+            naive.read(&clients, "reader").await
+        };
+        if ok {
+            let g = record_admitted(&checker, h, t0, format!("naive-rw-{h}"));
+            checker.rw_grant(g, "control", write);
+            admitted.push(if write { "writer" } else { "reader" });
+        }
+    }
+    let detail = format!("admitted {admitted:?}");
+    Ok((checker.finish(&HashMap::new()), detail))
+}
+
+/// fredlock's read-write lock under the same views: the reader on one node gets no quorum.
+async fn quorum_rwlock() -> io::Result<(CheckerReport, String)> {
+    let nodes = LocalNodes::start(3).await?;
+    let checker = checker();
+    let mut held = Vec::new();
+    let mut admitted = Vec::new();
+    for (h, (view, write)) in [(&[2][..], false), (&[0, 1][..], true)]
+        .into_iter()
+        .enumerate()
+    {
+        let (redlock, proxies) = reaching(&nodes, view, false).await?;
+        let rw = redlock.rwlock("control").map_err(io_err)?;
+        let got = if write {
+            rw.try_write(TTL)
+                .await
+                .ok()
+                .flatten()
+                .map(|g| g.into_lock())
+        } else {
+            rw.try_read(TTL).await.ok().flatten().map(|g| g.into_lock())
+        };
+        if let Some(lock) = got {
+            let kind = if write {
+                GrantKind::Write
+            } else {
+                GrantKind::Read
+            };
+            let g = checker.grant(h, &lock, kind, Instant::now());
+            checker.rw_grant(g, "control", write);
+            admitted.push(if write { "writer" } else { "reader" });
+            held.push((lock, redlock, proxies));
+        }
+    }
+    let detail = format!("admitted {admitted:?}");
     Ok((checker.finish(&HashMap::new()), detail))
 }
 

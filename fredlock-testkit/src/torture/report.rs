@@ -209,6 +209,19 @@ fn probe_rows(t: &mut Table) {
     t.row("semaphore permits granted", &|r| {
         r.stats.permits.to_string()
     });
+    t.row("read-write lock: reads / writes granted", &|r| {
+        format!("{} / {}", r.stats.rw_reads, r.stats.rw_writes)
+    });
+    t.row(
+        "leases resumed / failed; resumed after the deadline: refused",
+        &|r| {
+            let s = &r.stats;
+            format!(
+                "{} / {}; {}",
+                s.leases_resumed, s.leases_failed, s.leases_refused
+            )
+        },
+    );
     t.row(
         "fenced writes accepted / refused (in window); stalled past deadline: accepted / refused",
         &|r| {

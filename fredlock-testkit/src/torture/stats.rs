@@ -59,6 +59,17 @@ pub struct Stats {
     pub revivals: u64,
     /// Semaphore permits granted.
     pub permits: u64,
+    /// Read shares / write locks of the run's read-write locks granted.
+    pub rw_reads: u64,
+    /// See `rw_reads`.
+    pub rw_writes: u64,
+    /// Leases resumed / whose resume failed (nodes, or the token gone) / refused as they
+    /// should be, after their deadline.
+    pub leases_resumed: u64,
+    /// See `leases_resumed`.
+    pub leases_failed: u64,
+    /// See `leases_resumed`.
+    pub leases_refused: u64,
     /// Fenced writes the register accepted / refused (holder inside its window).
     pub fenced_accepted: u64,
     /// See `fenced_accepted`.
@@ -113,6 +124,11 @@ impl Stats {
         self.foreign_attempts += o.foreign_attempts;
         self.quorum_checks += o.quorum_checks;
         self.permits += o.permits;
+        self.rw_reads += o.rw_reads;
+        self.rw_writes += o.rw_writes;
+        self.leases_resumed += o.leases_resumed;
+        self.leases_failed += o.leases_failed;
+        self.leases_refused += o.leases_refused;
         self.fenced_accepted += o.fenced_accepted;
         self.fenced_refused += o.fenced_refused;
         self.fenced_stale_accepted += o.fenced_stale_accepted;

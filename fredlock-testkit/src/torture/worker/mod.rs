@@ -25,6 +25,7 @@ use super::{Stats, TortureConfig};
 use crate::checker::{Checker, GrantId, ViolationKind};
 
 mod cleanup;
+mod handoff;
 mod keep_alive;
 mod modes;
 mod ops;
@@ -52,6 +53,8 @@ enum OpKind {
     Cancel,
     Permit,
     Fenced,
+    ReadWrite,
+    Lease,
 }
 
 impl OpKind {
@@ -70,11 +73,13 @@ impl OpKind {
             OpKind::Cancel => "cancelled_acquire",
             OpKind::Permit => "semaphore_permit",
             OpKind::Fenced => "fenced_write",
+            OpKind::ReadWrite => "rwlock",
+            OpKind::Lease => "lease_resume",
         }
     }
 }
 
-const OP_WEIGHTS: [(OpKind, u32); 13] = [
+const OP_WEIGHTS: [(OpKind, u32); 15] = [
     (OpKind::Acquire, 24),
     (OpKind::TryAcquire, 14),
     (OpKind::Multi, 10),
@@ -88,6 +93,8 @@ const OP_WEIGHTS: [(OpKind, u32); 13] = [
     (OpKind::Cancel, 6),
     (OpKind::Permit, 8),
     (OpKind::Fenced, 8),
+    (OpKind::ReadWrite, 5),
+    (OpKind::Lease, 3),
 ];
 
 /// Fleet mode: mostly waiting acquires of the hot resources, plus cancelled acquires,
@@ -203,6 +210,8 @@ impl Worker {
                 OpKind::Cancel => self.op_cancel(&op).await,
                 OpKind::Permit => self.op_permit(&op).await,
                 OpKind::Fenced => self.op_fenced(&op).await,
+                OpKind::ReadWrite => self.op_rw(&op).await,
+                OpKind::Lease => self.op_lease(&op).await,
             }
             tokio::time::sleep(op.think).await;
             let key = (op.kind.name(), self.stats.granted > granted);

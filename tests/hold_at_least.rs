@@ -1,0 +1,136 @@
+//! Hold at least: a release before the minimum leaves the keys to expire when it ends (never
+//! later than their TTL), a release after it deletes them. Each test fails on a plain release,
+//! which deletes the keys at once.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use fredlock::{AcquireOptions, WithLock};
+use tokio::time::Instant;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+#[tokio::test]
+async fn an_early_release_keeps_others_out_until_the_minimum() {
+    let env = env(3).await;
+    let (r, key) = resource(&env.redlock, "hold");
+    let options = AcquireOptions::new().hold_at_least(3 * SECOND);
+    let lock = env
+        .redlock
+        .acquire_using(r.as_str(), 60 * SECOND, &options)
+        .await
+        .expect("acquire");
+    assert_eq!(lock.hold_at_least(), Some(3 * SECOND));
+    let minimum_ends = lock.acquired_at() + 3 * SECOND;
+    lock.release()
+        .await
+        .expect("an early release still reports the lock as ours");
+    // Still held on every node, its TTL shortened to the minimum (from 60 s).
+    for i in 0..3 {
+        let left = pttl(&env.redlock, i, &key).await;
+        assert!(left > 0 && left <= 3_000, "node {i}: PTTL {left}");
+    }
+    if Instant::now() < minimum_ends {
+        let other = env
+            .redlock
+            .try_acquire(r.as_str(), SECOND)
+            .await
+            .expect("try");
+        assert!(other.is_none(), "another holder got in before the minimum");
+    }
+    // Gone once the minimum is over (generous margin for a busy machine).
+    assert!(freed_within(&env.redlock, &key, 10 * SECOND).await);
+    let after = env
+        .redlock
+        .try_acquire(r.as_str(), SECOND)
+        .await
+        .expect("try");
+    assert!(after.is_some(), "free after the minimum");
+}
+
+#[tokio::test]
+async fn a_release_after_the_minimum_deletes_at_once() {
+    let env = env(3).await;
+    let (r, key) = resource(&env.redlock, "hold-late");
+    let options = AcquireOptions::new().hold_at_least(Duration::from_millis(50));
+    let lock = env
+        .redlock
+        .acquire_using(r.as_str(), 60 * SECOND, &options)
+        .await
+        .expect("acquire");
+    // The minimum itself is what is tested: wait for it to pass.
+    tokio::time::sleep_until(lock.acquired_at() + Duration::from_millis(60)).await;
+    lock.release().await.expect("release");
+    assert_eq!(values(&env.redlock, &key).await, vec![None, None, None]);
+}
+
+#[tokio::test]
+async fn the_minimum_never_lengthens_the_ttl() {
+    let env = env(3).await;
+    let (r, key) = resource(&env.redlock, "hold-long");
+    let options = AcquireOptions::new().hold_at_least(Duration::MAX);
+    let lock = env
+        .redlock
+        .acquire_using(r.as_str(), 2 * SECOND, &options)
+        .await
+        .expect("acquire");
+    lock.release().await.expect("release");
+    for i in 0..3 {
+        let left = pttl(&env.redlock, i, &key).await;
+        assert!(left > 0 && left <= 2_000, "node {i}: PTTL {left}");
+    }
+    // Zero is no minimum.
+    let (r2, key2) = resource(&env.redlock, "hold-zero");
+    let zero = AcquireOptions::new().hold_at_least(Duration::ZERO);
+    let lock = env
+        .redlock
+        .acquire_using(r2.as_str(), 2 * SECOND, &zero)
+        .await
+        .expect("acquire");
+    assert_eq!(lock.hold_at_least(), None);
+    lock.release().await.expect("release");
+    assert_eq!(values(&env.redlock, &key2).await, vec![None, None, None]);
+}
+
+#[tokio::test]
+async fn a_dropped_lock_and_with_lock_keep_the_minimum_too() {
+    let env = env(3).await;
+    let (r, key) = resource(&env.redlock, "hold-drop");
+    let options = AcquireOptions::new().hold_at_least(30 * SECOND);
+    let lock = env
+        .redlock
+        .acquire_using(r.as_str(), 60 * SECOND, &options)
+        .await
+        .expect("acquire");
+    drop(lock);
+    // The shortening lands in the background: the TTL drops to 30 s or less, the key stays.
+    let shortened = eventually(10 * SECOND, || async {
+        let left = pttl(&env.redlock, 0, &key).await;
+        left > 0 && left <= 30_000
+    })
+    .await;
+    assert!(
+        shortened,
+        "a dropped lock's keys are shortened, not deleted"
+    );
+    assert!(values(&env.redlock, &key).await.iter().all(Option::is_some));
+
+    let (r, key) = resource(&env.redlock, "hold-with");
+    let ran = env
+        .redlock
+        .with_lock_using(
+            r.as_str(),
+            60 * SECOND,
+            WithLock::default().hold_at_least(30 * SECOND),
+            |_| async { 7 },
+        )
+        .await
+        .expect("with_lock");
+    assert_eq!(ran, 7);
+    for i in 0..3 {
+        let left = pttl(&env.redlock, i, &key).await;
+        assert!(left > 0 && left <= 30_000, "node {i}: PTTL {left}");
+    }
+}
