@@ -204,11 +204,11 @@ impl<G: Future + Send + 'static> Drop for Finishing<G> {
 pub(crate) enum Late {
     /// Drive them to completion in a background task, so that fred's timeout stays in charge:
     /// a SET that times out before it is written is then skipped, never written after a
-    /// reconnect. For acquire.
+    /// reconnect; an EVALSHA answered NOSCRIPT is resent. For acquire and extend.
     Finish,
     /// Drop them: the commands already handed to fred still run, in order, and a late answer
-    /// needs no follow-up (a late extension only keeps our own key longer; a late release or
-    /// read changes nothing). For extend, release and inspect: saves a task spawn per round.
+    /// needs no follow-up (a late release or read changes nothing). For release and inspect:
+    /// saves a task spawn per round.
     Drop,
 }
 

@@ -872,12 +872,13 @@ impl Inner {
             .enumerate()
             .map(|(i, n)| (i, n.clone().extend(held.clone(), ttl_ms, timeout)));
         let votes = votes(
-            // A late extension only keeps our own key longer: nothing to finish.
+            // Finished, not dropped: a late extension still answered NOSCRIPT must be resent
+            // (else that node keeps the old TTL); landing late only keeps our own key longer.
             fan_out(
                 self.nodes.len(),
                 calls,
                 Some(current_deadline),
-                Late::Drop,
+                Late::Finish,
                 quorum_known,
             )
             .await,
@@ -961,8 +962,8 @@ impl Inner {
                     .iter()
                     .enumerate()
                     .map(|(i, n)| (i, n.clone().extend_many(batch.clone(), timeout)));
-                // A late extension only keeps our own keys longer: nothing to finish.
-                fan_out(self.nodes.len(), calls, Some(until), Late::Drop, |a| {
+                // Finished, not dropped: a late NOSCRIPT must still be resent.
+                fan_out(self.nodes.len(), calls, Some(until), Late::Finish, |a| {
                     each_known(a, items)
                 })
                 .await

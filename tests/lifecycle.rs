@@ -224,9 +224,9 @@ async fn acquire_with_waits_for_the_wait_not_the_attempt_count() {
         .acquire_with(r.as_str(), Duration::from_secs(1), wait)
         .await
     {
-        // More than the policy's single attempt. (With wake-ups, nothing wakes it here and its
-        // fallback timer polls every 4 pauses: fewer attempts than pauses fit in the wait.)
-        Err(Error::Contended { attempts, .. }) => assert!(attempts >= 3, "{attempts} attempts"),
+        // More than the policy's single attempt. (Waiting in line, nothing wakes it here: it
+        // looks at its gate again when its subscription comes up, then once a second.)
+        Err(Error::Contended { attempts, .. }) => assert!(attempts >= 2, "{attempts} attempts"),
         other => panic!("expected Contended, got {other:?}"),
     }
     let took = t.elapsed();

@@ -285,13 +285,14 @@ pub struct LivenessControl {
 enum Contender {
     /// [`HerdLock`]: every release wakes every waiter.
     Herd,
-    /// fredlock with `wake_on_release(false)`: waiters poll (must not be flagged).
+    /// fredlock with its default settings: waiters wait in line, woken by release (must not be
+    /// flagged).
     Polling,
 }
 
 /// The liveness controls on 3 fresh nodes, no faults: `clients` clients on `resources` hot
-/// resources for `duration` each, the herd strawman (must be flagged) and fredlock polling
-/// (must not be), each with its floor lane.
+/// resources for `duration` each, the herd strawman (must be flagged) and fredlock with its
+/// default settings (must not be), each with its floor lane.
 pub async fn liveness_controls(
     clients: usize,
     resources: usize,
@@ -344,7 +345,6 @@ async fn control_run(
                 Redlock::builder()
                     .nodes(urls.clone())
                     .retry(FLEET_RETRY)
-                    .wake_on_release(false)
                     .build()
                     .await
                     .map_err(io_err)?,
@@ -384,7 +384,7 @@ async fn control_run(
     let floor = floor.await.map_err(io_err)?;
     let label = match contender {
         Contender::Herd => "strawman: every release wakes every waiter (thundering herd)",
-        Contender::Polling => "fredlock, wake_on_release(false) (polling)",
+        Contender::Polling => "fredlock (waiting in line, woken by release)",
     };
     Ok(Liveness::judge(
         format!("{label}, {clients} clients"),
