@@ -647,14 +647,23 @@ impl Redlock {
         loop {
             attempts = attempts.saturating_add(1);
             crate::metrics::attempt();
-            let turn = place.as_ref().map(|p| p.turn(probe)).unwrap_or_default();
+            // The first attempt, unless it asks the gate first, does not join the line: in the
+            // common case it is granted, and a refusal at the gate that its grant overtook would
+            // leave a member nobody waits for.
+            let joining = probe || attempts > 1;
+            let turn = place
+                .as_ref()
+                .map(|p| p.turn(probe, joining))
+                .unwrap_or_default();
             let failure = match attempt(turn).await {
                 Ok(value) => {
                     if let Some(p) = place.as_mut() {
                         // Granted by the gate: it took us out of its line with the grant.
                         // Granted without its answer: we may be in line there; leave (in the
                         // background).
-                        p.joined = !p.gated.load(std::sync::atomic::Ordering::Relaxed);
+                        if p.gated.load(std::sync::atomic::Ordering::Relaxed) {
+                            p.joined = false;
+                        }
                     }
                     tracing::Span::current().record("attempt", attempts);
                     tracing::debug!("acquired");
@@ -668,13 +677,19 @@ impl Redlock {
                 Failure::Queued(_, q) if q.rank >= 0 => Some(*q),
                 _ => None,
             };
+            let contended = matches!(failure, Failure::Contended(_) | Failure::Queued(..));
             if let Some(p) = place.as_mut() {
-                p.failed(queue.is_some() || matches!(failure, Failure::Contended(_)));
+                p.failed(contended, joining);
             }
             let pause = retry.delay + random_up_to(retry.jitter);
             let now = Instant::now();
             if waited >= budget || give_up.is_some_and(|g| now >= g) {
                 return Err(self.failed(failure, resources, attempts, ttl));
+            }
+            if place.is_some() && contended && !joining {
+                // Met a holder without joining: join at once (a probe of the gate).
+                probe = true;
+                continue;
             }
             let timer = match (&place, queue) {
                 (Some(p), Some(q)) => p.timer(q, pause),
@@ -800,19 +815,21 @@ impl Place {
     }
 
     /// The next attempt's turn; forgets a wake-up that came during the previous attempt.
-    fn turn(&self, probe: bool) -> Turn {
+    fn turn(&self, probe: bool, joining: bool) -> Turn {
         self.member.clear();
         Turn {
-            member: Some(self.member.name().clone()),
+            member: joining.then(|| self.member.name().clone()),
             probe,
             gated: self.gated.clone(),
         }
     }
 
-    /// An attempt failed (`contended`: a holder or a line was in the way).
-    fn failed(&mut self, contended: bool) {
-        // Any failed attempt may have left us in line (refused, or put back at the front).
-        self.joined = true;
+    /// An attempt failed (`contended`: a holder or a line was in the way; `joining`: it
+    /// carried the member).
+    fn failed(&mut self, contended: bool, joining: bool) {
+        // Any failed attempt with the member may have left us in line (refused, or put back at
+        // the front).
+        self.joined |= joining;
         if contended {
             self.inner.line.mark_hot(&self.line.hot);
             if let Some(wake) = &self.inner.wake {
