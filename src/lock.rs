@@ -652,7 +652,7 @@ impl Redlock {
             // leave a member nobody waits for.
             let joining = probe || attempts > 1;
             let turn = place
-                .as_ref()
+                .as_mut()
                 .map(|p| p.turn(probe, joining))
                 .unwrap_or_default();
             let failure = match attempt(turn).await {
@@ -815,8 +815,10 @@ impl Place {
     }
 
     /// The next attempt's turn; forgets a wake-up that came during the previous attempt.
-    fn turn(&self, probe: bool, joining: bool) -> Turn {
+    fn turn(&mut self, probe: bool, joining: bool) -> Turn {
         self.member.clear();
+        // From now on the gate may put us in line: a call dropped mid-attempt leaves it.
+        self.joined |= joining;
         Turn {
             member: joining.then(|| self.member.name().clone()),
             probe,
