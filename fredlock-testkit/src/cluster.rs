@@ -136,6 +136,7 @@ impl LocalCluster {
             .map(String::from)
             .to_vec(),
             durable,
+            server: None,
         };
         let nodes = LocalNodes::start_with(shards, options).await?;
         let mut ids = Vec::with_capacity(shards);

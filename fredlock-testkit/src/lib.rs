@@ -35,6 +35,9 @@
 //! `redis-server` (7.0 or newer) must be on `PATH`; install it with
 //! `apt-get install -y redis-server` (Debian/Ubuntu) or `brew install redis`.
 //! The `FREDLOCK_REDIS_SERVER` environment variable overrides the binary.
+//! `FREDLOCK_SERVER=valkey` runs `valkey-server` (9.0 or newer) instead, everywhere: the binary
+//! from `FREDLOCK_VALKEY_SERVER`, else the copy `make valkey-server` caches, else `PATH`. See
+//! [`Server`].
 //! Node control uses Unix signals, so the testkit is Unix-only.
 //!
 //! # External nodes
@@ -71,12 +74,16 @@
 pub mod checker;
 mod cluster;
 pub mod demo;
+mod flavour;
 mod proxy;
 mod server;
 pub mod strawman;
 pub mod torture;
 
 pub use cluster::{LocalCluster, Migration, CLUSTER_SLOTS};
+pub use flavour::{
+    valkey_cache_path, Server, REDIS_BIN_ENV, SERVER_ENV, VALKEY_BIN_ENV, VALKEY_VERSION,
+};
 pub use proxy::{Blackhole, Fault, FaultProxy};
 pub use server::{
     env_nodes, from_env_or_start, resp_command, resp_pipeline, LocalNodes, RespValue, TestNodes,

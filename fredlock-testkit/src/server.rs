@@ -15,8 +15,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-/// Environment variable that overrides the `redis-server` binary to run.
-const SERVER_BIN_ENV: &str = "FREDLOCK_REDIS_SERVER";
+use crate::flavour::Server;
+
 /// Environment variable with comma-separated `redis://` URLs of external nodes.
 pub(crate) const NODES_ENV: &str = "FREDLOCK_NODES";
 /// Upper bound for one node to come up (including retries on a taken port).
@@ -309,6 +309,7 @@ fn kill_and_reap(child: &mut Child) -> io::Result<()> {
 #[derive(Debug)]
 pub struct LocalNodes {
     bin: OsString,
+    server: Server,
     /// Root temp dir holding every node's data dir and log.
     root: PathBuf,
     nodes: Vec<Node>,
@@ -327,6 +328,8 @@ pub(crate) struct Options {
     pub(crate) cluster: bool,
     /// Appended to every node's command line (e.g. cluster timeouts).
     pub(crate) extra_args: Vec<String>,
+    /// The server to run; `None`: the one `FREDLOCK_SERVER` names.
+    pub(crate) server: Option<Server>,
 }
 
 /// The cluster configuration file of a node in cluster mode, inside its data dir.
@@ -355,10 +358,37 @@ impl LocalNodes {
         Self::start_with(n, options).await
     }
 
+    /// As [`start`](Self::start), on the server named rather than the one `FREDLOCK_SERVER`
+    /// names: for tests of one server's own features.
+    pub async fn start_on(server: Server, n: usize) -> io::Result<LocalNodes> {
+        let options = Options {
+            server: Some(server),
+            ..Options::default()
+        };
+        Self::start_with(n, options).await
+    }
+
+    /// As [`start_durable`](Self::start_durable), on the server named.
+    pub async fn start_durable_on(server: Server, n: usize) -> io::Result<LocalNodes> {
+        let options = Options {
+            durable: true,
+            server: Some(server),
+            ..Options::default()
+        };
+        Self::start_with(n, options).await
+    }
+
+    /// The server these nodes run.
+    pub fn server(&self) -> Server {
+        self.server
+    }
+
     pub(crate) async fn start_with(n: usize, options: Options) -> io::Result<LocalNodes> {
-        let bin = std::env::var_os(SERVER_BIN_ENV)
-            .filter(|b| !b.is_empty())
-            .unwrap_or_else(|| "redis-server".into());
+        let server = match options.server {
+            Some(server) => server,
+            None => Server::from_env()?,
+        };
+        let bin = server.binary();
         let root = std::env::temp_dir().join(format!(
             "fredlock-testkit-{}-{}",
             std::process::id(),
@@ -371,6 +401,7 @@ impl LocalNodes {
         // including when a later node fails to start.
         let mut nodes = LocalNodes {
             bin,
+            server,
             root,
             nodes: Vec::with_capacity(n),
             options,
@@ -635,7 +666,7 @@ impl LocalNodes {
             }
             fs::create_dir_all(&node.dir)?;
             let log_start = log_len(&node.log);
-            let mut child = spawn_server(&self.bin, node, &self.options)?;
+            let mut child = spawn_server(&self.bin, self.server, node, &self.options)?;
             match wait_ready(&mut child, node.port, deadline).await {
                 Ok(()) => {
                     *lock(&node.child) = Some(child);
@@ -733,7 +764,12 @@ fn remove_all_but(dir: &Path, keep: &str) -> io::Result<()> {
     Ok(())
 }
 
-fn spawn_server(bin: &OsString, node: &Node, options: &Options) -> io::Result<Child> {
+fn spawn_server(
+    bin: &OsString,
+    server: Server,
+    node: &Node,
+    options: &Options,
+) -> io::Result<Child> {
     let out = OpenOptions::new()
         .create(true)
         .append(true)
@@ -775,9 +811,8 @@ fn spawn_server(bin: &OsString, node: &Node, options: &Options) -> io::Result<Ch
                 io::Error::new(
                     io::ErrorKind::NotFound,
                     format!(
-                        "redis-server binary {bin:?} not found: install it with \
-                         `apt-get install -y redis-server` (Debian/Ubuntu) or \
-                         `brew install redis`, or set {SERVER_BIN_ENV} to its path"
+                        "{server} server binary {bin:?} not found: {}",
+                        server.install_hint()
                     ),
                 )
             } else {
