@@ -67,7 +67,9 @@
 //!    started by the first acquire that waits, subscribed to the Redlock's own wake-up channel,
 //!    feeding its messages to `line`.
 //! 5. `redlock`: the rounds: one acquire attempt, extend, release; [`Redlock`] and its shared state.
-//! 6. `lock` ([`Lock`] and the acquire retry loop that hands it out), `inspect` ([`Redlock::inspect`]),
+//!    Just above it, `acquire_loop`: the retry loop of every acquire (attempt, decide, wait) and
+//!    a waiter's place in the resource's wait line.
+//! 6. `lock` ([`Lock`] and the acquire calls that hand it out), `inspect` ([`Redlock::inspect`]),
 //!    `leader` (an election's record beside its lock: term number, campaign value, priority;
 //!    [`Redlock::leader_of`] and the rounds that write the record).
 //! 7. `force` ([`Redlock::force_release`]: an operator breaks a lock, whoever holds it),
@@ -89,6 +91,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+mod acquire_loop;
 mod background;
 mod batch;
 mod cluster;

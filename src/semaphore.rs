@@ -24,10 +24,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::acquire_loop::WaitLine;
 use crate::error::{InvalidInput, NodeError, NodeErrorKind, Result, Vote, Votes};
 use crate::inspect::{Holder, Inspection, NodeView};
 use crate::keepalive::{KeepAlive, KeepAliveOptions, Rejected};
-use crate::lock::WaitLine;
 use crate::lock::{Lock, ReleaseReport};
 use crate::node::{Held, Queue, Slot, SlotRequest};
 use crate::quorum::{self, fan_out, Late, Outcome};

@@ -21,6 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["node", "quorum"],
     &["background", "pacing", "subscriber"],
     &["redlock"],
+    &["acquire_loop"],
     &["lock", "inspect", "leader"],
     &["renewal", "force", "observe"],
     &["keepalive"],
