@@ -80,6 +80,8 @@
 //!    renewer, which extends the locks due together with one script call per node, and a task
 //!    per lock.
 //! 8. `keepalive`: [`KeepAlive`] and [`LockHandle`]: the guard, its release and the lost signal.
+//!    Just above it, the rounds of the primitives: `semaphore_round` (one attempt at a permit:
+//!    every node takes the first free slot of one shared order).
 //! 9. `with_lock` ([`Redlock::with_lock`]), `election` ([`Election`]), `semaphore` ([`Semaphore`]:
 //!    at most N holders, each permit a quorum lock on one of N slots), `lease` ([`Lease`]: a
 //!    held lock handed to another process; [`Redlock::resume`], [`Redlock::release_lease`]),
@@ -119,6 +121,7 @@ mod reply;
 mod rwlock;
 mod scripts;
 mod semaphore;
+mod semaphore_round;
 mod slots;
 mod subscriber;
 mod with_lock;

@@ -25,6 +25,7 @@ const LAYERS: &[&[&str]] = &[
     &["lock", "inspect", "leader"],
     &["renewal", "force", "observe"],
     &["keepalive"],
+    &["semaphore_round"],
     &["with_lock", "election", "semaphore", "lease", "rwlock"],
     &["config"],
 ];
