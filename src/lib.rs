@@ -81,7 +81,8 @@
 //!    per lock.
 //! 8. `keepalive`: [`KeepAlive`] and [`LockHandle`]: the guard, its release and the lost signal.
 //!    Just above it, the rounds of the primitives: `semaphore_round` (one attempt at a permit:
-//!    every node takes the first free slot of one shared order).
+//!    every node takes the first free slot of one shared order) and `rwlock_round` (one attempt
+//!    at a read share or the write lock, the downgrade).
 //! 9. `with_lock` ([`Redlock::with_lock`]), `election` ([`Election`]), `semaphore` ([`Semaphore`]:
 //!    at most N holders, each permit a quorum lock on one of N slots), `lease` ([`Lease`]: a
 //!    held lock handed to another process; [`Redlock::resume`], [`Redlock::release_lease`]),
@@ -119,6 +120,7 @@ mod redlock;
 mod renewal;
 mod reply;
 mod rwlock;
+mod rwlock_round;
 mod scripts;
 mod semaphore;
 mod semaphore_round;

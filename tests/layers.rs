@@ -25,7 +25,7 @@ const LAYERS: &[&[&str]] = &[
     &["lock", "inspect", "leader"],
     &["renewal", "force", "observe"],
     &["keepalive"],
-    &["semaphore_round"],
+    &["semaphore_round", "rwlock_round"],
     &["with_lock", "election", "semaphore", "lease", "rwlock"],
     &["config"],
 ];
