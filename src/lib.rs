@@ -72,6 +72,8 @@
 //! 6. `lock` ([`Lock`] and the acquire calls that hand it out), `inspect` ([`Redlock::inspect`]),
 //!    `leader` (an election's record beside its lock: term number, campaign value, priority;
 //!    [`Redlock::leader_of`] and the rounds that write the record).
+//!    Just above them, `status`: a kept-alive lock's status as its driver and every handle see
+//!    it (one value that only moves forward: the deadline, lost and why).
 //! 7. `force` ([`Redlock::force_release`]: an operator breaks a lock, whoever holds it),
 //!    `observe` ([`Redlock::observe`]: an [`Observer`]'s subscriber connections and the reads
 //!    that follow who leads an election),
@@ -125,6 +127,7 @@ mod scripts;
 mod semaphore;
 mod semaphore_round;
 mod slots;
+mod status;
 mod subscriber;
 mod with_lock;
 

@@ -23,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["redlock"],
     &["acquire_loop"],
     &["lock", "inspect", "leader"],
+    &["status"],
     &["renewal", "force", "observe"],
     &["keepalive"],
     &["semaphore_round", "rwlock_round"],
