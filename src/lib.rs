@@ -84,7 +84,8 @@
 //! 8. `keepalive`: [`KeepAlive`] and [`LockHandle`]: the guard, its release and the lost signal.
 //!    Just above it, the rounds of the primitives: `semaphore_round` (one attempt at a permit:
 //!    every node takes the first free slot of one shared order) and `rwlock_round` (one attempt
-//!    at a read share or the write lock, the downgrade).
+//!    at a read share or the write lock, the downgrade) and `campaign` (an election
+//!    participant's background task, the [`Role`] and [`Term`] it publishes).
 //! 9. `with_lock` ([`Redlock::with_lock`]), `election` ([`Election`]), `semaphore` ([`Semaphore`]:
 //!    at most N holders, each permit a quorum lock on one of N slots), `lease` ([`Lease`]: a
 //!    held lock handed to another process; [`Redlock::resume`], [`Redlock::release_lease`]),
@@ -99,6 +100,7 @@
 mod acquire_loop;
 mod background;
 mod batch;
+mod campaign;
 mod cluster;
 pub mod config;
 mod connection;
@@ -131,8 +133,9 @@ mod status;
 mod subscriber;
 mod with_lock;
 
+pub use campaign::{Role, Term};
 pub use config::{Builder, Retry};
-pub use election::{ElectOptions, Election, Role, Term, MAX_VALUE_LEN};
+pub use election::{ElectOptions, Election, MAX_VALUE_LEN};
 pub use error::{
     Error, InvalidInput, LostReason, Names, NodeError, NodeErrorKind, NotHeldReason, Result, Round,
     Vote, Votes,

@@ -26,7 +26,7 @@ const LAYERS: &[&[&str]] = &[
     &["status"],
     &["renewal", "force", "observe"],
     &["keepalive"],
-    &["semaphore_round", "rwlock_round"],
+    &["semaphore_round", "rwlock_round", "campaign"],
     &["with_lock", "election", "semaphore", "lease", "rwlock"],
     &["config"],
 ];
