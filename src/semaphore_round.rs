@@ -67,6 +67,28 @@ impl Slots<'_> {
         ))
     }
 
+    /// The slots in a random rotation (the order every node of one attempt tries them), their
+    /// lock keys and, with fencing, their counters' keys.
+    fn rotated(&self) -> (Vec<usize>, Vec<String>, Vec<String>) {
+        let start = rand::random_range(0..self.permits);
+        let order: Vec<usize> = (0..self.permits)
+            .map(|k| (start + k) % self.permits)
+            .collect();
+        let slot_keys: Vec<String> = order
+            .iter()
+            .map(|&i| self.redlock.key(&self.slot_resource(i)))
+            .collect();
+        let fence_keys = if self.redlock.inner.fencing {
+            order
+                .iter()
+                .map(|&i| self.redlock.fence_key(&self.slot_resource(i)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        (order, slot_keys, fence_keys)
+    }
+
     /// One attempt: every node takes the first free slot in one shared, randomly rotated
     /// order. A grant is the slot's lock and the slot.
     pub(crate) async fn attempt(
@@ -84,22 +106,7 @@ impl Slots<'_> {
         let inner = &self.redlock.inner;
         let line = |turn: &Turn| gate.map(|(g, key)| inner.line_ref(g, key, turn));
         let n = inner.nodes.len();
-        let start = rand::random_range(0..self.permits);
-        let order: Vec<usize> = (0..self.permits)
-            .map(|k| (start + k) % self.permits)
-            .collect();
-        let slot_keys: Vec<String> = order
-            .iter()
-            .map(|&i| self.redlock.key(&self.slot_resource(i)))
-            .collect();
-        let fence_keys = if inner.fencing {
-            order
-                .iter()
-                .map(|&i| self.redlock.fence_key(&self.slot_resource(i)))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let (order, slot_keys, fence_keys) = self.rotated();
         // The Redlock's owner label, stored with the permit like a lock's.
         let value = crate::owner::value(&new_token(), &inner.label);
         let req = Arc::new(SlotRequest {
