@@ -30,8 +30,8 @@ pub struct Term {
     /// When leadership must stop being exercised: the lock's current deadline less the lost
     /// signal's 2 ms margin. Moves forward with every extension.
     pub valid_until: Instant,
-    /// The campaign value in force ([`ElectOptions::value`], or the last
-    /// [`Election::proclaim`]).
+    /// The campaign value in force ([`ElectOptions::value`](crate::ElectOptions::value), or the last
+    /// [`Election::proclaim`](crate::Election::proclaim)).
     pub value: String,
     /// The term number (see [`fencing_token`](Term::fencing_token)).
     number: u64,
@@ -53,7 +53,7 @@ impl Term {
     }
 }
 
-/// What this participant is, as seen through [`Election::watch`].
+/// What this participant is, as seen through [`Election::watch`](crate::Election::watch).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {
     /// Not leader (campaigning, or stopped).
