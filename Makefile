@@ -12,7 +12,10 @@ demo: redis-server
 test: redis-server
 	$(CARGO) test --workspace --all-features
 
-## make bench: latency and throughput against a raw fred floor, on local nodes, then the fleet
+## make bench: latency and throughput against a raw fred floor, on local nodes (the serial cycle on
+## both tokio runtimes, beside rslock and node-redlock: npm's redlock 5, installed into
+## ~/.cache/fredlock/node-redlock when node and npm are there; BENCH_ARGS=--serial: only that and
+## the 64-task throughput), then the fleet
 ## table (P = 4, 16, 64 child processes on one lock, semaphore and election), then elections
 ## (bench_elect: 64 observer processes, handover, observer lag, idle cost, failover, priorities).
 ## then the read-write lock against the mutex (bench_rwlock: 16 readers and 1 writer, as tasks

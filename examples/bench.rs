@@ -10,10 +10,11 @@
 //!
 //! - (a) serial acquire+release cycle latency, fredlock vs a RAW FLOOR: three plain fred clients
 //!   (configured like fredlock's) doing `SET key token NX PX ttl` on every node at once, then a
-//!   compare-and-delete script via `EVALSHA` on every node at once. Nothing else: no per-command
-//!   options, no early decision, no background or clean-up work. Note that the floor waits for
-//!   all three nodes while fredlock returns once two of three agree, which can put fredlock's
-//!   latency below the floor's even though it does more work per cycle.
+//!   compare-and-delete script via `EVALSHA` on every node at once, each step decided at 2 of 3
+//!   answers, as a Redlock decides. Nothing else: no per-command options, no background or
+//!   clean-up work. The same serial cycle is also measured on a current-thread runtime, and
+//!   against node-redlock (npm `redlock` 5, a child `node` process), all in one run (see
+//!   `support/serial.rs`; `-- --serial` runs only those rows and (b)).
 //! - (b) 64 tasks cycling acquire+release on their own keys for a fixed time: cycles/s. On a small
 //!   machine this is bound by CPU, so it shows fredlock's CPU cost per cycle; the bench also
 //!   prints that cost directly.
@@ -69,8 +70,11 @@ use fredlock_testkit::{
     self as testkit, Blackhole, Fault, FaultProxy, LocalCluster, LocalNodes, RespValue, TestNodes,
 };
 use futures::future::join_all;
+use futures::stream::{FuturesUnordered, StreamExt};
 use hdrhistogram::Histogram;
 
+#[path = "support/serial.rs"]
+mod serial;
 #[path = "support/mod.rs"]
 mod support;
 
@@ -128,6 +132,8 @@ struct Plan {
     /// The fleet table (P child processes on one lock); `--fleet-only` runs only that.
     fleet: support::fleet::table::Plan,
     fleet_only: bool,
+    /// Only the serial rows on both runtimes (with node-redlock) and (b).
+    serial_only: bool,
 }
 
 impl Plan {
@@ -151,6 +157,7 @@ impl Plan {
             n_cycles: 1_000,
             fleet: support::fleet::table::Plan::full(),
             fleet_only: false,
+            serial_only: false,
         }
     }
 
@@ -174,6 +181,7 @@ impl Plan {
             n_cycles: 300,
             fleet: support::fleet::table::Plan::quick(),
             fleet_only: false,
+            serial_only: false,
         }
     }
 }
@@ -235,36 +243,43 @@ impl Floor {
         }
     }
 
-    /// One acquire+release: SET NX PX everywhere at once, then EVALSHA everywhere at once.
+    /// One acquire+release: SET NX PX everywhere at once, decided at 2 of 3 OKs, then EVALSHA
+    /// everywhere at once, decided at 2 of 3 deletions (the third node's command still runs,
+    /// in order on its connection; nobody waits for it), as a Redlock decides.
     /// The replies are checked (a benchmark of failing commands would be meaningless), which
     /// costs a few comparisons.
     async fn cycle(&self, key: &str) {
         // A fresh 128-bit token per lock, as fredlock makes: part of any correct lock.
         let token = format!("{:032x}", rand::random::<u128>());
-        let sets = join_all(self.clients.iter().map(|c| {
-            c.set::<Value, _, _>(
-                key,
-                token.as_str(),
-                Some(Expiration::PX(TTL.as_millis() as i64)),
-                Some(SetOptions::NX),
-                false,
-            )
-        }))
-        .await;
-        for reply in sets {
-            match reply {
-                Ok(Value::String(s)) if s == "OK" => {}
+        let quorum = self.clients.len() / 2 + 1;
+        let mut sets: FuturesUnordered<_> = self
+            .clients
+            .iter()
+            .map(|c| {
+                c.set::<Value, _, _>(
+                    key,
+                    token.as_str(),
+                    Some(Expiration::PX(TTL.as_millis() as i64)),
+                    Some(SetOptions::NX),
+                    false,
+                )
+            })
+            .collect();
+        for _ in 0..quorum {
+            match sets.next().await {
+                Some(Ok(Value::String(s))) if s == "OK" => {}
                 other => panic!("floor: SET {key} NX: expected OK, got {other:?}"),
             }
         }
-        let dels =
-            join_all(self.clients.iter().map(|c| {
-                c.evalsha::<i64, _, _, _>(self.release_sha.as_str(), key, token.as_str())
-            }))
-            .await;
-        for reply in dels {
-            match reply {
-                Ok(1) => {}
+        drop(sets);
+        let mut dels: FuturesUnordered<_> = self
+            .clients
+            .iter()
+            .map(|c| c.evalsha::<i64, _, _, _>(self.release_sha.as_str(), key, token.as_str()))
+            .collect();
+        for _ in 0..quorum {
+            match dels.next().await {
+                Some(Ok(1)) => {}
                 other => panic!("floor: EVALSHA release {key}: expected 1, got {other:?}"),
             }
         }
@@ -282,6 +297,7 @@ enum Target {
 
 /// A resource name and the floor's key for it (a different key: fredlock's last release of a
 /// cycle may still be in flight when the floor starts, on another connection).
+#[derive(Clone)]
 struct Names {
     resource: String,
     floor_key: String,
@@ -510,14 +526,15 @@ impl Series {
 
 fn parse_args() -> Plan {
     let usage =
-        "usage: cargo run --release --example bench [-- [--quick] [--fleet-only] [--keepalive-locks N]]";
+        "usage: cargo run --release --example bench [-- [--quick] [--fleet-only] [--serial] [--keepalive-locks N]]";
     let mut plan = Plan::full();
-    let (mut locks, mut fleet_only) = (None, false);
+    let (mut locks, mut fleet_only, mut serial_only) = (None, false, false);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => plan = Plan::quick(),
             "--fleet-only" => fleet_only = true,
+            "--serial" => serial_only = true,
             "--keepalive-locks" => match args.next().and_then(|n| n.parse().ok()) {
                 Some(n) => locks = Some(n),
                 None => {
@@ -539,6 +556,7 @@ fn parse_args() -> Plan {
         plan.keepalive_locks = n;
     }
     plan.fleet_only = fleet_only;
+    plan.serial_only = serial_only;
     plan
 }
 
@@ -1331,68 +1349,26 @@ async fn scaling_rounds(plan: &Plan, run: &str) -> Vec<(usize, Series, Series)> 
         .collect()
 }
 
-fn main() {
-    if support::fleet::run_if_child() {
-        return;
-    }
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-        .block_on(bench());
+/// The fault variants and peers of the serial rows (a), (c), (c'), (e).
+struct Targets {
+    floor: Target,
+    rslock: Target,
+    healthy: Target,
+    fenced: Target,
+    silent: Target,
+    stalled: Target,
+    blackhole: Blackhole,
+    /// Kept alive for `stalled`.
+    _proxy: FaultProxy,
+    /// The nodes, as the tables name them.
+    where_: String,
 }
 
-async fn bench() {
-    if run_if_child().await {
-        return;
-    }
-    let plan = parse_args();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let command = match args.is_empty() {
-        true => "cargo run --release --example bench".to_string(),
-        false => format!("cargo run --release --example bench -- {}", args.join(" ")),
-    };
-    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let redis_version = command_output("redis-server", &["--version"]);
-    let date = command_output("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]);
-    let git = command_output("git", &["describe", "--always", "--dirty"]);
-    if cfg!(debug_assertions) {
-        eprintln!("bench: WARNING: a debug build; numbers are meaningless without --release");
-    }
-
-    // Nodes: FREDLOCK_NODES when it names 3, local redis-server processes otherwise. The
-    // silent-node rows always need a local listener / proxy, which work in front of any node.
-    let nodes = testkit::from_env_or_start(3)
-        .await
-        .expect("start 3 local redis-server nodes (is redis-server on PATH?)");
-    let urls = nodes.urls();
-
-    // Keys unique to this run: leftovers of an aborted run on external nodes (alive for a TTL)
-    // cannot make an acquire wait or fail.
-    let run = format!("bench:{}", std::process::id());
-    if plan.fleet_only {
-        println!("machine: nproc={nproc}, {redis_version}, {date}");
-        println!("fredlock {} (git {git})", env!("CARGO_PKG_VERSION"));
-        println!("command: `{command}`");
-        support::fleet::table::measure(&urls, &run, &plan.fleet)
-            .await
-            .print(nproc);
-        return;
-    }
-    let (serial_res, silent_res, stalled_res, tput_prefix) = (
-        format!("{run}:serial"),
-        format!("{run}:silent"),
-        format!("{run}:stalled"),
-        format!("{run}:tput"),
-    );
+async fn targets(nodes: &TestNodes, urls: &[String], run: &str) -> Targets {
+    let urls = urls.to_vec();
 
     let floor = Target::Floor(Arc::new(Floor::connect(&urls).await));
-    let rslock = Target::Rslock(Arc::new({
-        let mut manager = rslock::LockManager::new(urls.clone());
-        // Own keys, so contention never retries; a retry would only show up as a failure.
-        manager.set_retry(3, Duration::from_millis(5));
-        manager
-    }));
+    let rslock = rslock_target(&urls);
     let healthy_redlock = redlock(urls.clone(), None).await;
     // Node names as fredlock shows them (`host:port/db`): URLs may carry passwords.
     let where_ = match &nodes {
@@ -1410,7 +1386,6 @@ async fn bench() {
             .await
             .expect("build a fencing Redlock"),
     );
-    let fenced_res = format!("{run}:fenced");
 
     // (c): the third node is a listener that accepts TCP and never answers, from the start.
     let blackhole = Blackhole::start()
@@ -1440,24 +1415,62 @@ async fn bench() {
     // Commands to a silent node stay in flight until the per-node timeout; let them expire
     // before measuring anything else, so their timers and clean-up do not land in another
     // variant's round.
-    let settle = || tokio::time::sleep(SILENT_NODE_TIMEOUT + Duration::from_millis(100));
+    Targets {
+        floor,
+        rslock,
+        healthy,
+        fenced,
+        silent,
+        stalled,
+        blackhole,
+        _proxy: proxy,
+        where_,
+    }
+}
 
-    let run_started = Instant::now();
-    let load_before = loadavg();
+/// The serial series of (a), (c), (c') and (e).
+struct Mixed {
+    s_floor: Series,
+    s_rslock: Series,
+    s_healthy: Series,
+    s_silent: Series,
+    s_stalled: Series,
+    s_fenced: Series,
+}
+
+/// (a), (c), (e) in interleaved blocks, (c') alone after each round.
+async fn mixed_rounds(t: &Targets, plan: &Plan, run: &str) -> Mixed {
+    let (serial_res, silent_res, stalled_res, fenced_res) = (
+        format!("{run}:serial"),
+        format!("{run}:silent"),
+        format!("{run}:stalled"),
+        format!("{run}:fenced"),
+    );
+    let Targets {
+        floor,
+        rslock,
+        healthy,
+        fenced,
+        silent,
+        stalled,
+        ..
+    } = t;
+
+    let settle = || tokio::time::sleep(SILENT_NODE_TIMEOUT + Duration::from_millis(100));
 
     // (a) and (c): floor, fredlock and fredlock with a blackhole node take turns in small blocks.
     // fred never completes its handshake with the blackhole (its PING is never answered), so
     // commands to it fail at once and leave nothing behind that could slow the others down.
     let mixed = [
-        (&floor, serial_res.as_str()),
-        (&rslock, serial_res.as_str()),
-        (&healthy, serial_res.as_str()),
-        (&silent, silent_res.as_str()),
-        (&fenced, fenced_res.as_str()),
+        (floor, serial_res.as_str()),
+        (rslock, serial_res.as_str()),
+        (healthy, serial_res.as_str()),
+        (silent, silent_res.as_str()),
+        (fenced, fenced_res.as_str()),
     ];
     // (c'): measured on its own, because everything it sends to the silent node stays in flight
     // for 500 ms and would then expire during the other variants' cycles.
-    let alone = [(&stalled, stalled_res.as_str())];
+    let alone = [(stalled, stalled_res.as_str())];
 
     // Warm-up: connections, scripts cached in Redis, allocator and CPU caches, for each variant.
     serial_round(&mixed, plan.warmup_cycles).await;
@@ -1488,43 +1501,27 @@ async fn bench() {
         settle().await;
     }
 
-    // (b) throughput, interleaved rounds as well.
-    throughput_round(&floor, &tput_prefix, plan.throughput_warmup, false).await;
-    throughput_round(&rslock, &tput_prefix, plan.throughput_warmup, false).await;
-    throughput_round(&healthy, &tput_prefix, plan.throughput_warmup, false).await;
-    let (mut t_floor, mut t_rslock, mut t_healthy) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..plan.throughput_rounds {
-        // Each variant goes first, second and third in turn.
-        let mut order = [0, 1, 2];
-        order.rotate_left(round % 3);
-        for which in order {
-            let (target, into) = match which {
-                0 => (&floor, &mut t_floor),
-                1 => (&rslock, &mut t_rslock),
-                _ => (&healthy, &mut t_healthy),
-            };
-            into.push(throughput_round(target, &tput_prefix, plan.throughput_round, false).await);
-        }
+    Mixed {
+        s_floor,
+        s_rslock,
+        s_healthy,
+        s_silent,
+        s_stalled,
+        s_fenced,
     }
-    // (f) 16 contenders on a semaphore of 4 permits.
-    let sem_rounds: Vec<SemaphoreRound> = {
-        let mut v = Vec::new();
-        semaphore_round(&urls, &format!("{run}:sem"), plan.throughput_warmup).await;
-        for _ in 0..plan.throughput_rounds {
-            v.push(semaphore_round(&urls, &format!("{run}:sem"), plan.throughput_round).await);
-        }
-        v
-    };
-    // (d) 10,000 locks kept alive at once from this process.
-    let keep = keep_alive_load(
-        redlock(urls.clone(), None).await,
-        Meter::Clients,
-        &format!("{run}:keep"),
-        plan.keep_locks,
-        plan.keep_ttl,
-    )
-    .await;
+}
 
+/// (g) and (h): the cluster rows and the saturated single server.
+struct Clusters {
+    g_single: Vec<Metered>,
+    g_cluster: Vec<Metered>,
+    idle_single: f64,
+    idle_shards: f64,
+    g_keep: KeepAliveLoad,
+    saturation: Saturation,
+}
+
+async fn cluster_rows(nodes: &TestNodes, plan: &Plan, run: &str) -> Clusters {
     // (g) Each node a 3-shard cluster against 3 single servers, both local (with FREDLOCK_NODES,
     // 3 local single servers of its own), so that the servers can be read and reset directly.
     let own_singles;
@@ -1600,26 +1597,110 @@ async fn bench() {
 
     // (h) One single server saturated by the pipelined loader.
     let saturation = saturate(&single_servers[0], &format!("{run}:sat"), plan.saturation).await;
-    // (w) 16 waiters on one key; (k) the batched keep-alive children; (n) N = 3, 5, 7.
-    let waited = waiter_rounds(&urls, &plan, &run).await;
-    let kept = keepalive_rounds(&urls, &plan, &run).await;
-    let scaled = scaling_rounds(&plan, &run).await;
-    let load_after = loadavg();
-    let measured_for = run_started.elapsed();
+    Clusters {
+        g_single,
+        g_cluster,
+        idle_single,
+        idle_shards,
+        g_keep,
+        saturation,
+    }
+}
 
-    // The table.
-    let yes_no = |ok: bool| if ok { "yes" } else { "**no**" };
-    let (f50, h50) = (s_floor.p50(), s_healthy.p50());
-    let (f99, h99) = (s_floor.p99(), s_healthy.p99());
-    let rates = |t: &[Throughput]| t.iter().map(|t| t.per_second).collect::<Vec<_>>();
-    let cpu = |t: &[Throughput]| {
-        let v: Option<Vec<f64>> = t.iter().map(|t| t.cpu_per_cycle_us).collect();
-        v.map(median)
-    };
-    let (tf, th) = (median(rates(&t_floor)), median(rates(&t_healthy)));
-    let (r50, r99, tr) = (s_rslock.p50(), s_rslock.p99(), median(rates(&t_rslock)));
-    let (c50, c99) = (s_silent.p50(), s_silent.p99());
-    let (d50, d99) = (s_stalled.p50(), s_stalled.p99());
+/// Everything the full run measured, for the tables.
+struct Results {
+    nproc: usize,
+    redis_version: String,
+    date: String,
+    git: String,
+    command: String,
+    where_: String,
+    blackhole_connections: usize,
+    run: String,
+    load_before: String,
+    load_after: String,
+    measured_for: Duration,
+    mixed: Mixed,
+    serial: serial::Serial,
+    t_floor: Vec<Throughput>,
+    t_rslock: Vec<Throughput>,
+    t_healthy: Vec<Throughput>,
+    sem_rounds: Vec<SemaphoreRound>,
+    keep: KeepAliveLoad,
+    clusters: Clusters,
+    waited: Vec<(&'static str, WSeries)>,
+    kept: BTreeMap<&'static str, Vec<Sample>>,
+    scaled: Vec<(usize, Series, Series)>,
+}
+
+fn yes_no(ok: bool) -> &'static str {
+    if ok {
+        "yes"
+    } else {
+        "**no**"
+    }
+}
+
+fn rates(t: &[Throughput]) -> Vec<f64> {
+    t.iter().map(|t| t.per_second).collect()
+}
+
+fn cpu(t: &[Throughput]) -> Option<f64> {
+    let v: Option<Vec<f64>> = t.iter().map(|t| t.cpu_per_cycle_us).collect();
+    v.map(median)
+}
+
+/// The medians most rows use.
+struct Key {
+    f50: f64,
+    h50: f64,
+    f99: f64,
+    h99: f64,
+    tf: f64,
+    th: f64,
+    tr: f64,
+    r50: f64,
+    r99: f64,
+    c50: f64,
+    c99: f64,
+    d50: f64,
+    d99: f64,
+}
+
+impl Results {
+    fn key(&self) -> Key {
+        let m = &self.mixed;
+        Key {
+            f50: m.s_floor.p50(),
+            h50: m.s_healthy.p50(),
+            f99: m.s_floor.p99(),
+            h99: m.s_healthy.p99(),
+            tf: median(rates(&self.t_floor)),
+            th: median(rates(&self.t_healthy)),
+            tr: median(rates(&self.t_rslock)),
+            r50: m.s_rslock.p50(),
+            r99: m.s_rslock.p99(),
+            c50: m.s_silent.p50(),
+            c99: m.s_silent.p99(),
+            d50: m.s_stalled.p50(),
+            d99: m.s_stalled.p99(),
+        }
+    }
+}
+
+fn print_header(r: &Results, plan: &Plan) {
+    let Results {
+        nproc,
+        redis_version,
+        date,
+        git,
+        command,
+        where_,
+        load_before,
+        load_after,
+        serial,
+        ..
+    } = r;
 
     println!();
     println!("machine: nproc={nproc}, {redis_version}, {date}");
@@ -1645,6 +1726,27 @@ async fn bench() {
     // Issue 11's table: fredlock against rslock and the raw floor, all from this run.
     println!("load average (1, 5, 15 min): before {load_before}; after {load_after}");
     println!();
+    serial.print(plan.rounds, plan.cycles);
+}
+
+fn print_summary(r: &Results, plan: &Plan) {
+    let Key {
+        f50,
+        h50,
+        tf,
+        th,
+        tr,
+        r50,
+        c50,
+        ..
+    } = r.key();
+    let Results {
+        waited,
+        kept: _,
+        scaled: _,
+        ..
+    } = r;
+
     println!("| workload | raw fred floor | rslock 0.10 | fredlock | fredlock / rslock | fredlock / floor | target | met? |");
     println!("|---|---:|---:|---:|---:|---:|---|---|");
     println!(
@@ -1711,6 +1813,12 @@ async fn bench() {
         c50 / h50,
         yes_no(c50 / h50 <= 1.5)
     );
+    print_summary_kept(r, plan);
+}
+
+/// The summary's keep-alive rows and the N = 3, 5, 7 rows.
+fn print_summary_kept(r: &Results, plan: &Plan) {
+    let Results { kept, scaled, .. } = r;
     let k = |v: Variant, f: &dyn Fn(&Sample) -> f64| {
         median(
             kept.get(v.name())
@@ -1745,7 +1853,7 @@ async fn bench() {
         k(Variant::PerLock, &|s| s.heap_per_lock),
         yes_no(heap <= 1024.0 && k_lost == 0)
     );
-    for (n, floor, fredlock) in &scaled {
+    for (n, floor, fredlock) in scaled {
         let (f, l) = (floor.p50(), fredlock.p50());
         println!(
             "| N = {n}: serial acquire+release p50, µs | {f:.1} | — | {l:.1} | — | {:.3} | ≤ 1.0x the floor | {} |",
@@ -1753,6 +1861,29 @@ async fn bench() {
             yes_no(l / f <= 1.0)
         );
     }
+}
+
+fn print_details(r: &Results) {
+    let Key {
+        f50,
+        h50,
+        f99,
+        h99,
+        tf,
+        th,
+        tr,
+        r50,
+        r99,
+        c50,
+        c99,
+        d50,
+        d99,
+    } = r.key();
+    let Results {
+        mixed, sem_rounds, ..
+    } = r;
+    let s_fenced = &mixed.s_fenced;
+
     println!();
     println!("Details (the earlier rows (a)-(h)):");
     println!();
@@ -1824,6 +1955,96 @@ async fn bench() {
         "| (f) semaphore, {SEM_PERMITS} permits, {SEM_TASKS} contenders, 1 ms hold: acquisitions/s (Redis commands per acquisition: {sem_cmds:.1}) | — | {sem_rate:.0} | — | — | {} over permits |",
         sem_rounds.iter().map(|r| r.over_permits).sum::<u64>()
     );
+}
+
+/// The (g) and (h) figures several tables use.
+struct G {
+    gs_work: Work,
+    gs_cycles: u64,
+    gc_work: Work,
+    gc_cycles: u64,
+    gs: f64,
+    gc: f64,
+    cs: f64,
+    cc: f64,
+    g_shares: String,
+    g_min: f64,
+    g_max: f64,
+    k_shares: String,
+    k_min: f64,
+    k_max: f64,
+    d_per: f64,
+    g_per: f64,
+    us_single: f64,
+    us_shard: f64,
+    net_single: f64,
+    net_shard: f64,
+}
+
+fn g_rates(r: &[Metered]) -> Vec<f64> {
+    r.iter().map(|m| m.round.per_second).collect()
+}
+
+fn g_figures(r: &Results) -> G {
+    let (keep, c) = (&r.keep, &r.clusters);
+    let g_total = |rounds: &[Metered]| {
+        let mut work = Work::default();
+        for m in rounds {
+            work.add(&m.work);
+        }
+        (work, rounds.iter().map(|m| m.round.cycles).sum::<u64>())
+    };
+    let (gs_work, gs_cycles) = g_total(&c.g_single);
+    let (gc_work, gc_cycles) = g_total(&c.g_cluster);
+    let (g_shares, g_min, g_max) = shares(&gc_work.per_server, CLUSTER_SHARDS);
+    let (k_shares, k_min, k_max) = shares(&c.g_keep.per_server, CLUSTER_SHARDS);
+    G {
+        gs: median(g_rates(&c.g_single)),
+        gc: median(g_rates(&c.g_cluster)),
+        cs: gs_work.commands() as f64 / gs_cycles.max(1) as f64,
+        cc: gc_work.commands() as f64 / gc_cycles.max(1) as f64,
+        d_per: keep.commands_per_second / keep.locks as f64,
+        g_per: c.g_keep.commands_per_second / c.g_keep.locks as f64,
+        us_single: gs_work.cpu_per_command_us(),
+        us_shard: gc_work.cpu_per_command_us(),
+        net_single: gs_work.net_cpu_per_command_us(c.idle_single),
+        net_shard: gc_work.net_cpu_per_command_us(c.idle_shards),
+        gs_work,
+        gs_cycles,
+        gc_work,
+        gc_cycles,
+        g_shares,
+        g_min,
+        g_max,
+        k_shares,
+        k_min,
+        k_max,
+    }
+}
+
+fn print_details_capacity(r: &Results) {
+    let Results { keep, clusters, .. } = r;
+    let Clusters {
+        g_keep, saturation, ..
+    } = clusters;
+    let G {
+        gc_work,
+        gs,
+        gc,
+        cs,
+        cc,
+        g_min,
+        g_max,
+        k_min,
+        k_max,
+        d_per,
+        g_per,
+        net_single,
+        net_shard,
+        ..
+    } = g_figures(r);
+    let even = 100.0 / CLUSTER_SHARDS as f64;
+
     // Extending at 2/3 of the TTL: locks x nodes / (ttl x 2/3) EVALSHA per second, plus the
     // commands each script runs (GET, PEXPIRE), which INFO counts too.
     let rounds_per_second = keep.locks as f64 / (keep.ttl.as_secs_f64() * 2.0 / 3.0);
@@ -1841,35 +2062,18 @@ async fn bench() {
         keep.commands_per_second,
         keep.lost
     );
-    let g_total = |rounds: &[Metered]| {
-        let mut work = Work::default();
-        for m in rounds {
-            work.add(&m.work);
-        }
-        (work, rounds.iter().map(|m| m.round.cycles).sum::<u64>())
-    };
-    let (gs_work, gs_cycles) = g_total(&g_single);
-    let (gc_work, gc_cycles) = g_total(&g_cluster);
-    let g_rates = |r: &[Metered]| r.iter().map(|m| m.round.per_second).collect::<Vec<_>>();
-    let (gs, gc) = (median(g_rates(&g_single)), median(g_rates(&g_cluster)));
     println!(
         "| (g) {TASKS} tasks, a fresh key per cycle, each of 3 nodes a {CLUSTER_SHARDS}-shard Redis Cluster: cycles/s (baseline: fredlock on 3 single servers) | {gs:.0} | {gc:.0} | {:.3} | — (2 cores: distribution, not speed-up) | — |",
         gc / gs
     );
-    let cs = gs_work.commands() as f64 / gs_cycles.max(1) as f64;
-    let cc = gc_work.commands() as f64 / gc_cycles.max(1) as f64;
     println!(
         "| (g) Redis commands per acquire+release, all 3 nodes (INFO commandstats; baseline: single servers) | {cs:.2} | {cc:.2} | {:.3} | — | — |",
         cc / cs
     );
-    let even = 100.0 / CLUSTER_SHARDS as f64;
-    let (g_shares, g_min, g_max) = shares(&gc_work.per_server, CLUSTER_SHARDS);
     println!(
         "| (g) each shard's share of its node's commands, min / max of {} shards (even: {even:.1}%) | — | {g_min:.1}% / {g_max:.1}% | — | — | — |",
         gc_work.per_server.len()
     );
-    let d_per = keep.commands_per_second / keep.locks as f64;
-    let g_per = g_keep.commands_per_second / g_keep.locks as f64;
     println!(
         "| (g) {} locks kept alive on the clusters (TTL {} s): Redis commands/s per held lock, all nodes (baseline: (d), {} locks on single servers) | {d_per:.3} | {g_per:.3} | {:.3} | — | {} lost |",
         g_keep.locks,
@@ -1878,14 +2082,8 @@ async fn bench() {
         g_per / d_per,
         g_keep.lost
     );
-    let (k_shares, k_min, k_max) = shares(&g_keep.per_server, CLUSTER_SHARDS);
     println!(
         "| (g) kept-alive locks on the clusters: each shard's share of its node's commands, min / max (even: {even:.1}%) | — | {k_min:.1}% / {k_max:.1}% | — | — | — |"
-    );
-    let (us_single, us_shard) = (gs_work.cpu_per_command_us(), gc_work.cpu_per_command_us());
-    let (net_single, net_shard) = (
-        gs_work.net_cpu_per_command_us(idle_single),
-        gc_work.net_cpu_per_command_us(idle_shards),
     );
     println!(
         "| (h) redis-server CPU per Redis command during (g), net of the idle servers' own use, µs (baseline: single servers; fredlock: cluster shards) | {net_single:.2} | {net_shard:.2} | {:.3} | — | — |",
@@ -1907,6 +2105,42 @@ async fn bench() {
         g_keep.server_bytes_per_lock / keep.server_bytes_per_lock
     );
     println!();
+}
+
+fn print_spread(r: &Results) {
+    let Results {
+        mixed,
+        t_floor,
+        t_rslock,
+        t_healthy,
+        keep,
+        clusters,
+        nproc,
+        ..
+    } = r;
+    let Mixed {
+        s_floor,
+        s_rslock,
+        s_healthy,
+        s_silent,
+        s_stalled,
+        s_fenced,
+    } = mixed;
+    let Clusters {
+        g_single,
+        g_cluster,
+        g_keep,
+        ..
+    } = clusters;
+    let G {
+        gs_work,
+        gs_cycles,
+        gc_work,
+        gc_cycles,
+        g_shares,
+        k_shares,
+        ..
+    } = g_figures(r);
 
     // The spread behind the medians, and what the silent node did: enough to judge the noise.
     let list = |v: &[f64]| {
@@ -1919,21 +2153,21 @@ async fn bench() {
         let of = |s: &Series| list(if name == "p50" { &s.p50 } else { &s.p99 });
         println!(
             "per-round {name} (µs): floor [{}], rslock [{}], fredlock [{}], blackhole [{}], silent-after-connect [{}], fencing [{}]",
-            of(&s_floor),
-            of(&s_rslock),
-            of(&s_healthy),
-            of(&s_silent),
-            of(&s_stalled),
-            of(&s_fenced)
+            of(s_floor),
+            of(s_rslock),
+            of(s_healthy),
+            of(s_silent),
+            of(s_stalled),
+            of(s_fenced)
         );
     }
     println!(
         "per-round cycles/s: floor [{}], rslock [{}], fredlock [{}]",
-        list(&rates(&t_floor)),
-        list(&rates(&t_rslock)),
-        list(&rates(&t_healthy))
+        list(&rates(t_floor)),
+        list(&rates(t_rslock)),
+        list(&rates(t_healthy))
     );
-    if let (Some(f), Some(r), Some(h)) = (cpu(&t_floor), cpu(&t_rslock), cpu(&t_healthy)) {
+    if let (Some(f), Some(r), Some(h)) = (cpu(t_floor), cpu(t_rslock), cpu(t_healthy)) {
         println!(
             "(b) client CPU per cycle (this process, all threads; median of rounds): floor {f:.1} µs, rslock {r:.1} µs, fredlock {h:.1} µs ({:.2}x the floor, {:.2}x rslock)",
             h / f,
@@ -1951,14 +2185,14 @@ async fn bench() {
     }
     println!(
         "(g) per-round cycles/s: single servers [{}], clusters [{}]",
-        list(&g_rates(&g_single)),
-        list(&g_rates(&g_cluster))
+        list(&g_rates(g_single)),
+        list(&g_rates(g_cluster))
     );
     let g_cpu = |r: &[Metered]| {
         let v: Option<Vec<f64>> = r.iter().map(|m| m.round.cpu_per_cycle_us).collect();
         v.map(median)
     };
-    if let (Some(s), Some(c)) = (g_cpu(&g_single), g_cpu(&g_cluster)) {
+    if let (Some(s), Some(c)) = (g_cpu(g_single), g_cpu(g_cluster)) {
         println!(
             "(g) client CPU per cycle (median of rounds): single servers {s:.1} µs, clusters {c:.1} µs ({:.2}x)",
             c / s
@@ -1989,6 +2223,35 @@ async fn bench() {
     println!(
         "(g) these {nproc} cores run the client, the 3 single servers and the 9 shards together: the cluster row shows how evenly the shards share the commands and what routing by slot costs the client, not a speed-up (on their own machines, each shard would bring its own core)"
     );
+}
+
+fn print_capacity(r: &Results) {
+    let Results {
+        keep,
+        clusters,
+        run,
+        measured_for,
+        blackhole_connections,
+        ..
+    } = r;
+    let Clusters {
+        idle_single,
+        idle_shards,
+        g_keep,
+        saturation,
+        ..
+    } = clusters;
+    let G {
+        cs,
+        d_per,
+        g_per,
+        us_single,
+        us_shard,
+        net_single,
+        net_shard,
+        ..
+    } = g_figures(r);
+
     let ttl_s = keep.ttl.as_secs_f64();
     println!("(h) capacity inputs, from this run:");
     println!(
@@ -2027,8 +2290,189 @@ async fn bench() {
     println!(
         "measured in {:.1} s (blackhole accepted {} connections)",
         measured_for.as_secs_f64(),
-        blackhole.connections()
+        blackhole_connections
     );
+}
+
+/// (b): `TASKS` tasks cycling on own keys, for floor, rslock and fredlock (in that order), in
+/// interleaved rounds after a warm-up of each.
+async fn throughput_b(targets: [&Target; 3], plan: &Plan, prefix: &str) -> [Vec<Throughput>; 3] {
+    for target in targets {
+        throughput_round(target, prefix, plan.throughput_warmup, false).await;
+    }
+    let mut out: [Vec<Throughput>; 3] = Default::default();
+    for round in 0..plan.throughput_rounds {
+        // Each variant goes first, second and third in turn.
+        let mut order = [0, 1, 2];
+        order.rotate_left(round % 3);
+        for which in order {
+            let t = throughput_round(targets[which], prefix, plan.throughput_round, false).await;
+            out[which].push(t);
+        }
+    }
+    out
+}
+
+fn rslock_target(urls: &[String]) -> Target {
+    let mut manager = rslock::LockManager::new(urls.to_vec());
+    // Own keys, so contention never retries; a retry would only show up as a failure.
+    manager.set_retry(3, Duration::from_millis(5));
+    Target::Rslock(Arc::new(manager))
+}
+
+/// `-- --serial`: the serial rows on both runtimes and node-redlock, then (b), nothing else.
+async fn serial_only(urls: &[String], run: &str, plan: &Plan) {
+    let serial = serial::measure(urls, run, plan.warmup_cycles, plan.rounds, plan.cycles).await;
+    let floor = Target::Floor(Arc::new(Floor::connect(urls).await));
+    let rslock = rslock_target(urls);
+    let healthy = Target::Fredlock(redlock(urls.to_vec(), None).await);
+    let load_before = loadavg();
+    let prefix = format!("{run}:tput");
+    let [tf, tr, th] = throughput_b([&floor, &rslock, &healthy], plan, &prefix).await;
+    let load_after = loadavg();
+    println!();
+    serial.print(plan.rounds, plan.cycles);
+    let rates = |t: &[Throughput]| median(t.iter().map(|t| t.per_second).collect());
+    let cpu = |t: &[Throughput]| {
+        let v: Option<Vec<f64>> = t.iter().map(|t| t.cpu_per_cycle_us).collect();
+        v.map_or("n/a".to_string(), |v| format!("{:.1}", median(v)))
+    };
+    let (f, r, h) = (rates(&tf), rates(&tr), rates(&th));
+    println!("(b) {TASKS} tasks, own keys, multi-thread runtime, median of {} rounds (load average before {load_before}, after {load_after}):", plan.throughput_rounds);
+    println!(
+        "| cycles/s | floor {f:.0} | rslock {r:.0} | fredlock {h:.0} | fredlock / floor {:.3} | fredlock / rslock {:.3} | client CPU µs per cycle: floor {}, rslock {}, fredlock {} |",
+        h / f,
+        h / r,
+        cpu(&tf),
+        cpu(&tr),
+        cpu(&th)
+    );
+}
+
+fn main() {
+    if support::fleet::run_if_child() {
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(bench());
+}
+
+async fn bench() {
+    if run_if_child().await {
+        return;
+    }
+    let plan = parse_args();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let command = match args.is_empty() {
+        true => "cargo run --release --example bench".to_string(),
+        false => format!("cargo run --release --example bench -- {}", args.join(" ")),
+    };
+    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let redis_version = command_output("redis-server", &["--version"]);
+    let date = command_output("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]);
+    let git = command_output("git", &["describe", "--always", "--dirty"]);
+    if cfg!(debug_assertions) {
+        eprintln!("bench: WARNING: a debug build; numbers are meaningless without --release");
+    }
+
+    // Nodes: FREDLOCK_NODES when it names 3, local redis-server processes otherwise. The
+    // silent-node rows always need a local listener / proxy, which work in front of any node.
+    let nodes = testkit::from_env_or_start(3)
+        .await
+        .expect("start 3 local redis-server nodes (is redis-server on PATH?)");
+    let urls = nodes.urls();
+
+    // Keys unique to this run: leftovers of an aborted run on external nodes (alive for a TTL)
+    // cannot make an acquire wait or fail.
+    let run = format!("bench:{}", std::process::id());
+    if plan.serial_only {
+        println!("machine: nproc={nproc}, {redis_version}, {date}");
+        println!("fredlock {} (git {git})", env!("CARGO_PKG_VERSION"));
+        println!("command: `{command}`");
+        serial_only(&urls, &run, &plan).await;
+        return;
+    }
+    if plan.fleet_only {
+        println!("machine: nproc={nproc}, {redis_version}, {date}");
+        println!("fredlock {} (git {git})", env!("CARGO_PKG_VERSION"));
+        println!("command: `{command}`");
+        support::fleet::table::measure(&urls, &run, &plan.fleet)
+            .await
+            .print(nproc);
+        return;
+    }
+    let targets = targets(&nodes, &urls, &run).await;
+    let run_started = Instant::now();
+    let load_before = loadavg();
+    let mixed = mixed_rounds(&targets, &plan, &run).await;
+    // The serial rows on both runtimes, with node-redlock.
+    let serial = serial::measure(&urls, &run, plan.warmup_cycles, plan.rounds, plan.cycles).await;
+    // (b) throughput, interleaved rounds as well.
+    let tput_prefix = format!("{run}:tput");
+    let [t_floor, t_rslock, t_healthy] = throughput_b(
+        [&targets.floor, &targets.rslock, &targets.healthy],
+        &plan,
+        &tput_prefix,
+    )
+    .await;
+    // (f) 16 contenders on a semaphore of 4 permits.
+    let sem_rounds: Vec<SemaphoreRound> = {
+        let mut v = Vec::new();
+        semaphore_round(&urls, &format!("{run}:sem"), plan.throughput_warmup).await;
+        for _ in 0..plan.throughput_rounds {
+            v.push(semaphore_round(&urls, &format!("{run}:sem"), plan.throughput_round).await);
+        }
+        v
+    };
+    // (d) 10,000 locks kept alive at once from this process.
+    let keep = keep_alive_load(
+        redlock(urls.clone(), None).await,
+        Meter::Clients,
+        &format!("{run}:keep"),
+        plan.keep_locks,
+        plan.keep_ttl,
+    )
+    .await;
+
+    let clusters = cluster_rows(&nodes, &plan, &run).await;
+    // (w) 16 waiters on one key; (k) the batched keep-alive children; (n) N = 3, 5, 7.
+    let waited = waiter_rounds(&urls, &plan, &run).await;
+    let kept = keepalive_rounds(&urls, &plan, &run).await;
+    let scaled = scaling_rounds(&plan, &run).await;
+    let load_after = loadavg();
+    let results = Results {
+        nproc,
+        redis_version,
+        date,
+        git,
+        command,
+        where_: targets.where_.clone(),
+        blackhole_connections: targets.blackhole.connections(),
+        run: run.clone(),
+        load_before,
+        load_after,
+        measured_for: run_started.elapsed(),
+        mixed,
+        serial,
+        t_floor,
+        t_rslock,
+        t_healthy,
+        sem_rounds,
+        keep,
+        clusters,
+        waited,
+        kept,
+        scaled,
+    };
+    print_header(&results, &plan);
+    print_summary(&results, &plan);
+    print_details(&results);
+    print_details_capacity(&results);
+    print_spread(&results);
+    print_capacity(&results);
     // The fleet table last: its children are processes of their own.
     support::fleet::table::measure(&urls, &run, &plan.fleet)
         .await

@@ -241,6 +241,19 @@ impl Node {
         }
     }
 
+    /// Whether every command sent to this node so far has left fred's channel to its router
+    /// task (fred's `command_queue_len` is zero): the router has written each one to the
+    /// connection or failed it, so their fred timeouts can no longer make fred skip them (see
+    /// `quorum::fan_out_handed`). Always `false` on a cluster node, whose commands may be
+    /// redirected and resent, and whose releases wait for the acquire in flight.
+    pub(crate) fn handed_over(&self) -> bool {
+        use fred::interfaces::MetricsInterface;
+        match &self.backend {
+            Backend::Server(client) => client.command_queue_len() == 0,
+            Backend::Cluster(_) => false,
+        }
+    }
+
     /// Whether this node is a Redis Cluster (each script must stay in one hash slot).
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.backend, Backend::Cluster(_))

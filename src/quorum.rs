@@ -114,6 +114,40 @@ pub(crate) async fn fan_out<T, F>(
     calls: impl IntoIterator<Item = (usize, F)>,
     until: Option<Instant>,
     late: Late,
+    decided: impl FnMut(&[Option<T>]) -> bool,
+) -> Vec<Option<T>>
+where
+    T: Send + 'static,
+    F: Future<Output = T> + Send + 'static,
+{
+    fan_out_handed(nodes, calls, until, late, |_| false, decided).await
+}
+
+/// [`fan_out`], where `handed(i)` says that node `i`'s command, once sent, is out of reach of
+/// its fred timeout (see `Node::handed_over`): with [`Late::Finish`], when every node still
+/// running at the decision is so, the late calls are dropped instead of finished in a task.
+///
+/// Why that is safe: finishing a late call keeps fred's per-command timeout armed, and that
+/// timeout does one thing to a command nobody else waits for: it makes fred skip the command
+/// if its router task has not taken it from the client's channel yet (fred reads the flag when
+/// it takes a command, and again only when replaying one, which one attempt per command rules
+/// out). Every call was polled once before any decision, so each command is in that channel or
+/// past it; `handed(i)` reads fred's count of commands in the channel as zero, so the router
+/// has taken node `i`'s: it was written to the connection or failed, and its timeout flag
+/// would never be read again. Dropping the call then changes nothing the node sees; per-
+/// connection order still puts this token's clean-up or release behind it. What finishing
+/// would also do, and dropping does not: resend a late `EVALSHA` answered NOSCRIPT as `EVAL`.
+/// The late node then holds no key of this attempt, which is safe (the decision did not count
+/// it, and every release goes to every node anyway). An operation queued in a node's batcher
+/// (`batch`) is sent by the batcher, with its own deadline, whether its caller waits or not.
+/// Measured on a serial acquire+release: no task spawned per acquire, and the release that
+/// follows finds the node idle and skips the batcher.
+pub(crate) async fn fan_out_handed<T, F>(
+    nodes: usize,
+    calls: impl IntoIterator<Item = (usize, F)>,
+    until: Option<Instant>,
+    late: Late,
+    handed: impl Fn(usize) -> bool,
     mut decided: impl FnMut(&[Option<T>]) -> bool,
 ) -> Vec<Option<T>>
 where
@@ -144,6 +178,7 @@ where
     .await;
     // Owned by a guard: with `Late::Finish`, calls still running when this future completes OR
     // is dropped go on in a task (see `Finishing`).
+    let called: Vec<usize> = started.iter().map(|(i, _)| *i).collect();
     let mut running = Finishing {
         calls: started
             .into_iter()
@@ -167,6 +202,14 @@ where
             }
             () = &mut timer => break,
         }
+    }
+    // Decided (or out of time): the calls still running need no finishing task when every
+    // one's command is already out of its timeout's reach (see above).
+    if running.late == Late::Finish
+        && !running.calls.is_empty()
+        && called.iter().all(|&i| answers[i].is_some() || handed(i))
+    {
+        running.late = Late::Drop;
     }
     answers
 }
@@ -394,6 +437,49 @@ mod tests {
         let short = vec![Some(vec![Granted]), Some(vec![Granted]), None];
         assert!(!each_known(&short, 2));
         assert_eq!(item_votes(&short, 1).0, vec![Pending, Pending, Pending]);
+    }
+
+    /// A future that never finishes and records when it is dropped.
+    struct Hung(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+    impl Future for Hung {
+        type Output = Vote;
+        fn poll(self: Pin<&mut Self>, _: &mut std::task::Context<'_>) -> Poll<Vote> {
+            Poll::Pending
+        }
+    }
+
+    impl Drop for Hung {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Decides at 2 of 3 with node 2 hung; `handed` as given. Whether node 2's call was dropped.
+    async fn late_call_dropped(handed: impl Fn(usize) -> bool) -> bool {
+        type Call = std::pin::Pin<Box<dyn Future<Output = Vote> + Send>>;
+        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let calls: Vec<(usize, Call)> = vec![
+            (0, Box::pin(async { Vote::Granted })),
+            (1, Box::pin(async { Vote::Granted })),
+            (2, Box::pin(Hung(dropped.clone()))),
+        ];
+        let got = fan_out_handed(3, calls, None, Late::Finish, handed, quorum_known).await;
+        assert_eq!(votes(got).0[2], Vote::Pending);
+        tokio::task::yield_now().await;
+        dropped.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[tokio::test]
+    async fn a_late_call_is_finished_unless_handed_over() {
+        // Not handed over (fred still holds the command in its channel): finished in a task,
+        // so its fred timeout stays armed.
+        assert!(!late_call_dropped(|_| false).await);
+        // Only the nodes that answered are "handed": the late one still needs finishing.
+        assert!(!late_call_dropped(|i| i < 2).await);
+        // Every late node handed over: dropped at once, no task.
+        assert!(late_call_dropped(|_| true).await);
+        assert!(late_call_dropped(|i| i == 2).await);
     }
 
     #[tokio::test]

@@ -17,7 +17,8 @@ use crate::error::{Error, InvalidInput, Names, NotHeldReason, Result, Round, Vot
 use crate::line::Line;
 use crate::node::{Acquired, Extension, Held, LineRef, Node, Queue};
 use crate::quorum::{
-    self, each_known, fan_out, item_votes, quorum_known, votes, AsVote, Late, Outcome,
+    self, each_known, fan_out, fan_out_handed, item_votes, quorum_known, votes, AsVote, Late,
+    Outcome,
 };
 use crate::subscriber::Subscribers;
 
@@ -618,14 +619,25 @@ impl Inner {
             .filter(|l| l.member.is_some())
             .map(|l| l.gate);
         let q = self.quorum;
-        fan_out(self.nodes.len(), calls, Some(deadline), Late::Finish, |a| {
-            let granted = a
-                .iter()
-                .flatten()
-                .filter(|x| x.vote == Vote::Granted)
-                .count();
-            quorum_known(a) && (granted >= q || gate.is_none_or(|g| a[g].is_some()))
-        })
+        // A late node's SET (or gate script) already taken by fred's router needs no task to
+        // finish it (see `fan_out_handed`): the serial path then spawns nothing, and the
+        // release that follows finds that node idle and is sent directly.
+        let handed = |i: usize| self.nodes.get(i).is_some_and(|n| n.handed_over());
+        fan_out_handed(
+            self.nodes.len(),
+            calls,
+            Some(deadline),
+            Late::Finish,
+            handed,
+            |a| {
+                let granted = a
+                    .iter()
+                    .flatten()
+                    .filter(|x| x.vote == Vote::Granted)
+                    .count();
+                quorum_known(a) && (granted >= q || gate.is_none_or(|g| a[g].is_some()))
+            },
+        )
         .await
     }
 

@@ -7,6 +7,7 @@
 
 pub mod fleet;
 pub mod keepalive;
+pub mod node_redlock;
 pub mod waiters;
 
 use std::net::SocketAddr;

@@ -1,0 +1,168 @@
+//! node-redlock (npm `redlock` 5, on `ioredis` 5) as a peer in `bench`'s serial rows: a child
+//! `node` process that runs blocks of serial acquire+release cycles when asked and times each
+//! one itself (`process.hrtime`), so its figures carry no cost of this process.
+//!
+//! The packages are installed once with `npm install` into `~/.cache/fredlock/node-redlock`
+//! (`$XDG_CACHE_HOME` when set); without `node` (18 or newer) or `npm`, or when the install
+//! fails, the rows say so and show no node-redlock figure.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+/// The packages, pinned: `redlock`'s `latest` tag is still 4.2.0; 5 is published as a beta.
+const PACKAGES: [&str; 2] = ["redlock@5.0.0-beta.2", "ioredis@5"];
+
+/// The child: connects to the nodes given as arguments, prints `ready`, then for every line
+/// `run N KEY` runs N acquire+release cycles of KEY (TTL 10 s, as the Rust rows) and prints
+/// their durations in nanoseconds on one line.
+const DRIVER: &str = r#"
+import Redis from "ioredis";
+import Redlock from "redlock";
+import { createInterface } from "node:readline";
+
+const clients = process.argv.slice(2).map((url) => new Redis(url, { maxRetriesPerRequest: 1 }));
+const redlock = new Redlock(clients, { driftFactor: 0.01, retryCount: 3, retryDelay: 5, retryJitter: 5 });
+await Promise.all(clients.map((c) => c.ping()));
+process.stdout.write("ready\n");
+for await (const line of createInterface({ input: process.stdin })) {
+  const [cmd, n, key] = line.split(" ");
+  if (cmd !== "run") break;
+  const out = [];
+  for (let i = 0; i < Number(n); i++) {
+    const start = process.hrtime.bigint();
+    const lock = await redlock.acquire([key], 10000);
+    await lock.release();
+    out.push(String(process.hrtime.bigint() - start));
+  }
+  process.stdout.write(out.join(" ") + "\n");
+}
+await Promise.all(clients.map((c) => c.quit()));
+"#;
+
+/// A running node-redlock child.
+pub struct NodeRedlock {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+    /// `node --version`.
+    pub version: String,
+}
+
+fn cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("fredlock").join("node-redlock")
+}
+
+/// `node --version` when it is 18 or newer, the reason to skip otherwise.
+fn node_version() -> Result<String, String> {
+    let out = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("no `node` on PATH ({e})"))?;
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let major: u32 = version
+        .trim_start_matches('v')
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    if major < 18 {
+        return Err(format!("node {version} is older than 18"));
+    }
+    Ok(version)
+}
+
+/// Installs the packages into the cache directory when missing.
+fn install(dir: &PathBuf) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let installed = dir.join("node_modules/redlock/package.json").exists()
+        && dir.join("node_modules/ioredis/package.json").exists();
+    if installed {
+        return Ok(());
+    }
+    eprintln!(
+        "bench: installing node-redlock into {} (npm install {})",
+        dir.display(),
+        PACKAGES.join(" ")
+    );
+    let status = std::process::Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--silent"])
+        .args(PACKAGES)
+        .current_dir(dir)
+        .status()
+        .map_err(|e| format!("no `npm` on PATH ({e})"))?;
+    if !status.success() {
+        return Err(format!(
+            "`npm install {}` failed ({status})",
+            PACKAGES.join(" ")
+        ));
+    }
+    Ok(())
+}
+
+impl NodeRedlock {
+    /// Installs (when needed) and starts the child on `urls`; `Err` says why node-redlock is
+    /// skipped.
+    pub async fn start(urls: &[String]) -> Result<NodeRedlock, String> {
+        let version = node_version()?;
+        let dir = cache_dir();
+        install(&dir)?;
+        let script = dir.join("bench-driver.mjs");
+        std::fs::write(&script, DRIVER)
+            .map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+        let mut child = Command::new("node")
+            .arg(&script)
+            .args(urls)
+            .current_dir(&dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start node: {e}"))?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err("node's pipes are missing".into());
+        };
+        let mut lines = BufReader::new(stdout).lines();
+        match lines.next_line().await {
+            Ok(Some(l)) if l == "ready" => {}
+            other => return Err(format!("the node-redlock driver did not start: {other:?}")),
+        }
+        Ok(NodeRedlock {
+            child,
+            stdin,
+            lines,
+            version,
+        })
+    }
+
+    /// `cycles` serial acquire+release cycles of `key`: each one's duration in nanoseconds.
+    pub async fn block(&mut self, cycles: usize, key: &str) -> Vec<u64> {
+        let line = format!("run {cycles} {key}\n");
+        self.stdin
+            .write_all(line.as_bytes())
+            .await
+            .expect("write to the node-redlock driver");
+        let reply = self
+            .lines
+            .next_line()
+            .await
+            .expect("read from the node-redlock driver")
+            .expect("the node-redlock driver ended (see its error above)");
+        reply
+            .split_whitespace()
+            .map(|n| n.parse().expect("a duration in ns from node-redlock"))
+            .collect()
+    }
+
+    /// Ends the child (it quits its connections when its input closes).
+    pub async fn stop(mut self) {
+        drop(self.stdin);
+        let _ = self.child.wait().await;
+    }
+}
