@@ -17,10 +17,10 @@ use fredlock::fred::prelude::{KeysInterface, Value};
 use fredlock::{Lock, Redlock, Retry};
 use tokio::time::Instant;
 
+use super::config::RESTART_MARGIN;
 use super::env::{data_client, data_key, io_err, serving_every_node};
 use super::nodes::Nodes;
 use super::schedule::ms;
-use super::RESTART_MARGIN;
 use crate::checker::{Checker, CheckerReport, DataValue, GrantId, GrantKind, ViolationKind};
 use crate::{LocalNodes, RespValue};
 

@@ -16,10 +16,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::cluster_faults;
+use super::config::{TortureConfig, RESET_HOLD};
 use super::env::Env;
+use super::fault_kind::FaultKind;
 use super::nodes::settle;
+use super::schedule::Episode;
 use super::schedule::{ms, Hold};
-use super::{Episode, FaultKind, TortureConfig, RESET_HOLD};
 use crate::checker::{Checker, ViolationKind};
 use crate::{Fault, FaultProxy};
 

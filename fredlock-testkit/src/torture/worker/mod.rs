@@ -19,9 +19,10 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::config::TortureConfig;
 use super::env::{data_client, ClientRedlocks, Env};
 use super::schedule::{pick_weighted, rand_dur, stream};
-use super::{Stats, TortureConfig};
+use super::stats::Stats;
 use crate::checker::{Checker, GrantId, ViolationKind};
 
 mod cleanup;
