@@ -92,6 +92,7 @@ use tokio::time::Instant;
 use super::checker::Checker;
 use super::{Fault, LocalNodes};
 
+mod board;
 mod cluster_faults;
 mod config;
 mod controls;
@@ -103,6 +104,7 @@ mod fleet;
 mod mode_controls;
 mod nodes;
 mod report;
+mod resources;
 mod schedule;
 mod stats;
 mod worker;

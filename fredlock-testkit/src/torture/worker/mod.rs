@@ -34,8 +34,6 @@ mod section;
 mod stale;
 mod takeover;
 
-pub(super) use modes::{fenced_resource, register_keys, FENCED_RESOURCES, SEMAPHORES};
-
 /// Steps of a keep-alive or `with_lock` section at most.
 const MAX_STEPS: usize = 6;
 
