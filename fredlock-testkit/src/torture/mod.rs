@@ -107,12 +107,13 @@ mod report;
 mod resources;
 mod schedule;
 mod stats;
+mod verdict;
 mod worker;
 
 pub use config::{
     TortureConfig, CLUSTER_RESTART, FLEET_RETRY, FOREIGN_VALUE, RESET_HOLD, RESTART_MARGIN,
 };
-pub use controls::{cluster_controls, negative_controls, ControlResult};
+pub use controls::{cluster_controls, negative_controls};
 pub use fault_kind::FaultKind;
 pub use fleet::{
     liveness_controls, Floor, Live, Liveness, LivenessControl, CALIBRATION, FAULT_RATE_SHARE,
@@ -121,6 +122,7 @@ pub use fleet::{
 pub use report::{liveness_markdown, markdown, Report};
 pub use schedule::{fingerprint, random_seed, schedule, Episode, SlotMove};
 pub use stats::Stats;
+pub use verdict::ControlResult;
 
 use env::{final_checks, read_finals, read_registers, Env};
 use faults::{join_lanes, spawn_lanes};

@@ -10,10 +10,10 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::config::TortureConfig;
-use super::controls::ControlResult;
 use super::fault_kind::FaultKind;
 use super::fleet::{Liveness, LivenessControl};
 use super::stats::Stats;
+use super::verdict::ControlResult;
 use crate::checker::{CheckerReport, NoteKind, ViolationKind};
 
 /// Everything one run produced.
