@@ -163,7 +163,7 @@ pub async fn health(
     let (redlock, kept, duplicates) = match build(urls, prefix, timeout).await {
         Ok(b) => b,
         Err(Error::Connect { failures, .. }) => return refused(urls.len(), &failures, json_out),
-        Err(e) => return crate::fail(&e),
+        Err(e) => return exit::fail(&e),
     };
     let configured = urls.len();
     let quorum = configured / 2 + 1;

@@ -8,7 +8,8 @@ use fredlock::{AcquireOptions, Error, Redlock, Verdict};
 
 use crate::child::{self, Signals};
 use crate::duration::show;
-use crate::{exit, nodes};
+use crate::exit;
+use crate::nodes;
 
 /// What `run` was asked.
 pub struct RunOptions {
@@ -76,7 +77,7 @@ pub async fn run(redlock: &Redlock, o: RunOptions) -> i32 {
             eprintln!("fredlock: {:?} is held {holder}; {waited}", o.name);
             return o.conflict;
         }
-        Err(e) => return crate::fail(&e),
+        Err(e) => return exit::fail(&e),
     };
     let guard = lock.keep_alive();
     let mut cmd = match child::spawn(&o.cmd) {
