@@ -62,7 +62,8 @@ impl FaultKind {
         FaultKind::ScriptFlush,
     ];
 
-    /// Every fault of a run on cluster nodes ([`TortureConfig::cluster_shards`]). A node fault
+    /// Every fault of a run on cluster nodes
+    /// ([`TortureConfig::cluster_shards`](super::TortureConfig::cluster_shards)). A node fault
     /// of the plain kinds hits every shard of the node. There is no proxy in front of a cluster
     /// (its redirects name the shards' real addresses), so the per-client network faults are
     /// replaced by [`ShardConnKill`](Self::ShardConnKill); and a majority is never killed (a
