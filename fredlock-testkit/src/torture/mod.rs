@@ -2,7 +2,16 @@
 // and the module's public names. It is the top of the folder: the files below import from one
 // another, never from here (the configuration lives in `config.rs`), so no import runs in a
 // circle. It must not hold the logic of a fault, of a client operation or of a check: those
-// live in the files declared below, one concern each.
+// live in the files declared below, one concern each. From the bottom up (a file imports
+// only files named before it here; `fredlock-testkit/tests/layers.rs` checks that no import
+// runs in a circle):
+//   fault_kind, config                     the vocabulary and the run's figures
+//   schedule, resources, nodes, board      the seeded plan, names, node control, proxy faults
+//   env                                    the state the clients and the fault lanes share
+//   cluster_faults, faults, fleet          the lanes that inject faults; fleet mode's liveness
+//   stats, worker/                         the clients and what they count
+//   verdict, mode_controls, controls       the negative controls and their verdicts
+//   election, report                       the election mode; the tables
 //! The fault-injection torture run: K clients contend for M resources over N local nodes while
 //! a seeded schedule kills, freezes, partitions and delays nodes and connections; a
 //! [`Checker`] decides afterwards whether any safety property broke. Plus the negative controls

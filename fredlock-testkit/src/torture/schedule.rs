@@ -2,12 +2,12 @@
 //! long, all drawn before anything runs from the seed alone; plus the seeded random helpers the
 //! rest of the run draws with.
 //!
-//! Owns the episodes and their generation, and how the schedule places each fault kind (its lanes,
-//! weight and tail) (assumption A is kept here: one node
-//! fault at a time, on a minority except the majority rows, restarts delayed past the max TTL;
-//! on cluster nodes, slot migrations and connection kills on lanes of their own). Must not apply
-//! a fault (that is `faults.rs` and `cluster_faults.rs`) nor depend on anything that happens at
-//! run time: a seed must replay the same schedule.
+//! Owns the episodes and their generation, and how the schedule places each fault kind (its
+//! lanes, weight and tail). Assumption A is kept here: one node fault at a time, on a minority
+//! except the majority rows, restarts delayed past the max TTL; on cluster nodes, slot
+//! migrations and connection kills on lanes of their own. Must not apply a fault (that is
+//! `faults.rs` and `cluster_faults.rs`) nor depend on anything that happens at run time: a seed
+//! must replay the same schedule.
 
 use std::fmt;
 use std::time::Duration;
