@@ -98,23 +98,44 @@ async fn main() {
         .await
         .expect("start 3 local redis-server nodes (is redis-server on PATH?)");
     let urls = nodes.urls();
-    // The nodes' idle CPU: what they spend with no lock at all (their own timers).
-    let idle_cpu_per_s = {
-        let redlock = Redlock::builder()
-            .nodes(urls.clone())
-            .build()
-            .await
-            .expect("build");
-        let a = node_stats(&redlock).await;
-        let t = Instant::now();
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        let d = node_stats(&redlock).await.minus(a);
-        let per_s = d.cpu / t.elapsed().as_secs_f64();
-        redlock.close().await;
-        per_s
-    };
+    let idle_cpu_per_s = idle_cpu_per_s(&urls).await;
+    let samples = rounds(&args, &urls);
+    let load_after = loadavg();
+    let idle_per_lock_minute = idle_cpu_per_s / args.locks as f64 * 60.0;
+    println!();
+    print_method(&args, (load_before, load_after));
+    println!(
+        "nodes' idle CPU: {:.4} s/s over 3 nodes ({:.6} s per lock per minute at {} locks)",
+        idle_cpu_per_s, idle_per_lock_minute, args.locks
+    );
+    println!();
+    print_table(&samples, idle_per_lock_minute);
+}
+
+/// Every variant's samples, by name.
+type Samples = BTreeMap<&'static str, Vec<Sample>>;
+
+/// The nodes' idle CPU, in seconds per second: what they spend with no lock at all (their own
+/// timers), over 5 s.
+async fn idle_cpu_per_s(urls: &[String]) -> f64 {
+    let redlock = Redlock::builder()
+        .nodes(urls.to_vec())
+        .build()
+        .await
+        .expect("build");
+    let a = node_stats(&redlock).await;
+    let t = Instant::now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let d = node_stats(&redlock).await.minus(a);
+    let per_s = d.cpu / t.elapsed().as_secs_f64();
+    redlock.close().await;
+    per_s
+}
+
+/// The rounds: each variant in a child process of its own, the order alternating.
+fn rounds(args: &Args, urls: &[String]) -> Samples {
     let run = format!("bench-keepalive:{}", std::process::id());
-    let mut samples: BTreeMap<&str, Vec<Sample>> = BTreeMap::new();
+    let mut samples = Samples::new();
     for round in 0..args.rounds {
         let order = if round % 2 == 0 {
             [Variant::PerLock, Variant::Batched, Variant::Plain]
@@ -125,7 +146,7 @@ async fn main() {
             let prefix = format!("{run}:{round}:{}", variant.name());
             let s = run_child(&ChildSpec {
                 variant,
-                urls: &urls,
+                urls,
                 prefix: &prefix,
                 locks: args.locks,
                 ttl: args.ttl,
@@ -144,21 +165,11 @@ async fn main() {
             samples.entry(variant.name()).or_default().push(s);
         }
     }
-    let load_after = loadavg();
-    let med = |v: Variant, f: &dyn Fn(&Sample) -> f64| {
-        median(
-            samples
-                .get(v.name())
-                .map_or(Vec::new(), |s| s.iter().map(f).collect()),
-        )
-    };
-    let lost = |v: Variant| -> u64 {
-        samples
-            .get(v.name())
-            .map_or(0, |s| s.iter().map(|x| x.lost).sum())
-    };
-    let idle_per_lock_minute = idle_cpu_per_s / args.locks as f64 * 60.0;
-    println!();
+    samples
+}
+
+/// The machine, the version, the command, the load, the method.
+fn print_method(args: &Args, (load_before, load_after): (String, String)) {
     println!(
         "machine: nproc={}, {}, {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -184,137 +195,174 @@ async fn main() {
         args.window.unwrap_or(args.ttl * 2).as_secs_f64(),
         args.rounds
     );
-    println!(
-        "nodes' idle CPU: {:.4} s/s over 3 nodes ({:.6} s per lock per minute at {} locks)",
-        idle_cpu_per_s, idle_per_lock_minute, args.locks
-    );
-    println!();
+}
+
+/// One row of the table: what it measures (from one sample), its digits, its target and
+/// whether the medians (per-lock tasks, batched) meet it.
+struct Row {
+    name: String,
+    value: Box<dyn Fn(&Sample) -> f64>,
+    digits: usize,
+    target: &'static str,
+    met: fn(f64, f64) -> Option<bool>,
+}
+
+impl Row {
+    fn new(
+        name: impl Into<String>,
+        value: impl Fn(&Sample) -> f64 + 'static,
+        digits: usize,
+        target: &'static str,
+        met: fn(f64, f64) -> Option<bool>,
+    ) -> Row {
+        let name = name.into();
+        let value = Box::new(value);
+        Row {
+            name,
+            value,
+            digits,
+            target,
+            met,
+        }
+    }
+
+    /// A row without a target.
+    fn plain(
+        name: impl Into<String>,
+        value: impl Fn(&Sample) -> f64 + 'static,
+        digits: usize,
+    ) -> Row {
+        Row::new(name, value, digits, "—", |_, _| None)
+    }
+}
+
+/// The median of `f` over a variant's samples.
+fn median_of(samples: &Samples, v: Variant, f: &dyn Fn(&Sample) -> f64) -> f64 {
+    median(
+        samples
+            .get(v.name())
+            .map_or(Vec::new(), |s| s.iter().map(f).collect()),
+    )
+}
+
+/// The table: medians per variant, their ratio, the targets.
+fn print_table(samples: &Samples, idle_per_lock_minute: f64) {
+    let plain_rss = median_of(samples, Variant::Plain, &|s| s.rss_per_lock);
+    let plain_heap = median_of(samples, Variant::Plain, &|s| s.heap_per_lock);
     println!(
         "| measurement | per-lock tasks (before) | batched | before / batched | target | met? |"
     );
     println!("|---|---:|---:|---:|---|---|");
-    let row = |name: &str,
-               f: &dyn Fn(&Sample) -> f64,
-               digits: usize,
-               target: &str,
-               met: &dyn Fn(f64, f64) -> Option<bool>| {
-        let (a, b) = (med(Variant::PerLock, f), med(Variant::Batched, f));
-        let verdict = match met(a, b) {
+    let rows = node_rows(idle_per_lock_minute)
+        .into_iter()
+        .chain(memory_rows(plain_rss, plain_heap))
+        .chain(client_rows());
+    for row in rows {
+        let a = median_of(samples, Variant::PerLock, &row.value);
+        let b = median_of(samples, Variant::Batched, &row.value);
+        let verdict = match (row.met)(a, b) {
             Some(true) => "yes",
             Some(false) => "**no**",
             None => "—",
         };
+        let (name, digits, target) = (&row.name, row.digits, row.target);
         println!(
             "| {name} | {a:.digits$} | {b:.digits$} | {:.2} | {target} | {verdict} |",
             a / b
         );
+    }
+    let lost = |v: Variant| -> u64 {
+        samples
+            .get(v.name())
+            .map_or(0, |s| s.iter().map(|x| x.lost).sum())
     };
-    let none = |_: f64, _: f64| None;
-    row(
-        "client→node commands/s (EVALSHA + EVAL: round trips)",
-        &|s| s.scripts_per_s,
-        1,
-        "≥ 10x fewer",
-        &|a, b| Some(a / b >= 10.0),
-    );
-    row(
-        "Redis commands/s, all nodes (calls inside scripts included)",
-        &|s| s.commands_per_s,
-        1,
-        "—",
-        &none,
-    );
-    row(
-        "node CPU s per held lock per minute (3 nodes)",
-        &|s| s.node_cpu,
-        6,
-        "≥ 2x less",
-        &|a, b| Some(a / b >= 2.0),
-    );
-    row(
-        "node CPU s per held lock per minute, above idle",
-        &|s| s.node_cpu - idle_per_lock_minute,
-        6,
-        "—",
-        &none,
-    );
-    row(
-        "node CPU µs per lock extension (3 nodes)",
-        &|s| s.node_cpu_per_extension,
-        2,
-        "—",
-        &none,
-    );
-    row(
-        "memory per held lock, RSS delta (B)",
-        &|s| s.rss_per_lock,
-        0,
-        "≤ 1024 B (batched)",
-        &|_, b| Some(b <= 1024.0),
-    );
-    row(
-        "memory per held lock, RSS delta after malloc_trim (B)",
-        &|s| s.trimmed_rss_per_lock,
-        0,
-        "—",
-        &none,
-    );
-    row(
-        "memory per held lock, live heap delta (B)",
-        &|s| s.heap_per_lock,
-        0,
-        "≤ 1024 B (batched)",
-        &|_, b| Some(b <= 1024.0),
-    );
-    let (plain_rss, plain_heap) = (
-        med(Variant::Plain, &|s| s.rss_per_lock),
-        med(Variant::Plain, &|s| s.heap_per_lock),
-    );
-    row(
-        &format!("the keep-alive's own share, RSS: minus {plain_rss:.0} B for a lock without keep-alive (B)"),
-        &|s| s.rss_per_lock - plain_rss,
-        0,
-        "—",
-        &none,
-    );
-    row(
-        &format!("the keep-alive's own share, live heap: minus {plain_heap:.0} B (B)"),
-        &|s| s.heap_per_lock - plain_heap,
-        0,
-        "—",
-        &none,
-    );
-    row(
-        "client CPU s per held lock per minute",
-        &|s| s.client_cpu,
-        6,
-        "—",
-        &none,
-    );
-    row(
-        "locks extended per second",
-        &|s| s.extensions_per_s,
-        1,
-        "—",
-        &none,
-    );
-    row(
-        "locks per script call",
-        &|s| s.locks_per_script,
-        1,
-        "—",
-        &none,
-    );
-    row(
-        "µs per script call on the node (INFO commandstats)",
-        &|s| s.usec_per_script,
-        1,
-        "—",
-        &none,
-    );
     let (la, lb) = (lost(Variant::PerLock), lost(Variant::Batched));
     println!(
         "| locks lost, all rounds | {la} | {lb} | — | 0 | {} |",
         if la == 0 && lb == 0 { "yes" } else { "**no**" }
     );
+}
+
+/// What the nodes do: round trips, commands, CPU.
+fn node_rows(idle_per_lock_minute: f64) -> Vec<Row> {
+    vec![
+        Row::new(
+            "client→node commands/s (EVALSHA + EVAL: round trips)",
+            |s| s.scripts_per_s,
+            1,
+            "≥ 10x fewer",
+            |a, b| Some(a / b >= 10.0),
+        ),
+        Row::plain(
+            "Redis commands/s, all nodes (calls inside scripts included)",
+            |s| s.commands_per_s,
+            1,
+        ),
+        Row::new(
+            "node CPU s per held lock per minute (3 nodes)",
+            |s| s.node_cpu,
+            6,
+            "≥ 2x less",
+            |a, b| Some(a / b >= 2.0),
+        ),
+        Row::plain(
+            "node CPU s per held lock per minute, above idle",
+            move |s| s.node_cpu - idle_per_lock_minute,
+            6,
+        ),
+        Row::plain(
+            "node CPU µs per lock extension (3 nodes)",
+            |s| s.node_cpu_per_extension,
+            2,
+        ),
+    ]
+}
+
+/// What a held lock costs in memory, and the keep-alive's own share of it.
+fn memory_rows(plain_rss: f64, plain_heap: f64) -> Vec<Row> {
+    vec![
+        Row::new(
+            "memory per held lock, RSS delta (B)",
+            |s| s.rss_per_lock,
+            0,
+            "≤ 1024 B (batched)",
+            |_, b| Some(b <= 1024.0),
+        ),
+        Row::plain(
+            "memory per held lock, RSS delta after malloc_trim (B)",
+            |s| s.trimmed_rss_per_lock,
+            0,
+        ),
+        Row::new(
+            "memory per held lock, live heap delta (B)",
+            |s| s.heap_per_lock,
+            0,
+            "≤ 1024 B (batched)",
+            |_, b| Some(b <= 1024.0),
+        ),
+        Row::plain(
+            format!("the keep-alive's own share, RSS: minus {plain_rss:.0} B for a lock without keep-alive (B)"),
+            move |s| s.rss_per_lock - plain_rss,
+            0,
+        ),
+        Row::plain(
+            format!("the keep-alive's own share, live heap: minus {plain_heap:.0} B (B)"),
+            move |s| s.heap_per_lock - plain_heap,
+            0,
+        ),
+    ]
+}
+
+/// What the client does.
+fn client_rows() -> Vec<Row> {
+    vec![
+        Row::plain("client CPU s per held lock per minute", |s| s.client_cpu, 6),
+        Row::plain("locks extended per second", |s| s.extensions_per_s, 1),
+        Row::plain("locks per script call", |s| s.locks_per_script, 1),
+        Row::plain(
+            "µs per script call on the node (INFO commandstats)",
+            |s| s.usec_per_script,
+            1,
+        ),
+    ]
 }

@@ -42,6 +42,12 @@ use fredlock_testkit as testkit;
 use support::waiters::{round, Hold, Series, Target, RETRY, TASKS};
 use support::{addr_of, command_output as output};
 
+/// The holds measured: a precise 1 ms, and `tokio::time::sleep(1 ms)`.
+const HOLDS: [Hold; 2] = [Hold::Precise, Hold::Tokio];
+
+/// A variant: its name in the table, and what it locks.
+type Variant = (&'static str, Target);
+
 #[tokio::main]
 async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
@@ -55,45 +61,76 @@ async fn main() {
     for u in &urls {
         addrs.push(addr_of(u).await);
     }
+    let variants = variants(&urls).await;
+    let key = format!("bench:waiters:{:08x}", rand::random::<u32>());
+    // Warm-up: connections, scripts, the subscriber connections and the channel.
+    for (_, t) in &variants {
+        for h in HOLDS {
+            round(t, &addrs, &key, h, 0.3).await;
+        }
+    }
+    let load_before = output("uptime", &[]);
+    let series = measure(&variants, &addrs, &key, rounds, secs).await;
+    let load_after = output("uptime", &[]);
+    println!(
+        "`cargo run --release --example bench_waiters{}`: 3 nodes ({}), {TASKS} tasks on one key, TTL 10 s, retry 5 ms + 5 ms jitter; {rounds} rounds of {secs} s per variant, interleaved; medians over rounds (max: over all rounds). {} cores; load before: {load_before}; after: {load_after}",
+        if quick { " -- --quick" } else { "" },
+        output("redis-server", &["--version"]),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+    );
+    println!();
+    print_table(&variants, &series);
+    for (_, target) in &variants {
+        if let Target::Redlock(redlock) = target {
+            redlock.close().await;
+        }
+    }
+    drop(nodes);
+}
+
+/// fredlock polling, fredlock with wake-ups, and an in-process mutex as the ceiling.
+async fn variants(urls: &[String]) -> [Variant; 3] {
     let build = |wake: bool| {
         Redlock::builder()
-            .nodes(urls.clone())
+            .nodes(urls.to_vec())
             .retry(RETRY)
             .wake_on_release(wake)
             .build()
     };
     let polling = build(false).await.expect("build");
     let waking = build(true).await.expect("build");
-    let variants = [
-        ("polling", Target::Redlock(polling.clone())),
-        ("wake-ups", Target::Redlock(waking.clone())),
+    [
+        ("polling", Target::Redlock(polling)),
+        ("wake-ups", Target::Redlock(waking)),
         (
             "in-process tokio Mutex (ceiling, no Redis)",
             Target::Local(Arc::new(tokio::sync::Mutex::new(()))),
         ),
-    ];
-    let holds = [Hold::Precise, Hold::Tokio];
-    let key = format!("bench:waiters:{:08x}", rand::random::<u32>());
-    // Warm-up: connections, scripts, the subscriber connections and the channel.
-    for (_, t) in &variants {
-        for h in holds {
-            round(t, &addrs, &key, h, 0.3).await;
-        }
-    }
-    let mut series: Vec<Vec<Series>> = holds
+    ]
+}
+
+/// The rounds: per hold, each variant in turn (the order alternating between rounds).
+/// Returns the series by hold, then by variant.
+async fn measure(
+    variants: &[Variant],
+    addrs: &[std::net::SocketAddr],
+    key: &str,
+    rounds: usize,
+    secs: f64,
+) -> Vec<Vec<Series>> {
+    let mut series: Vec<Vec<Series>> = HOLDS
         .iter()
         .map(|_| variants.iter().map(|_| Series::default()).collect())
         .collect();
-    let load_before = output("uptime", &[]);
     for r in 0..rounds {
-        for (h, hold) in holds.iter().enumerate() {
+        for (h, hold) in HOLDS.iter().enumerate() {
             let order: Vec<usize> = if r % 2 == 0 {
                 vec![0, 1, 2]
             } else {
                 vec![2, 1, 0]
             };
             for v in order {
-                let got = round(&variants[v].1, &addrs, &key, *hold, secs).await;
+                let got = round(&variants[v].1, addrs, key, *hold, secs).await;
                 eprintln!(
                     "round {r} {} {}: {:.0} acq/s, {:.1} commands/acq, wait p50 {:.0} us p99 {:.0} us, hand-over p50 {:.0} us",
                     hold.name(),
@@ -108,17 +145,14 @@ async fn main() {
             }
         }
     }
-    let load_after = output("uptime", &[]);
-    println!(
-        "`cargo run --release --example bench_waiters{}`: 3 nodes ({}), {TASKS} tasks on one key, TTL 10 s, retry 5 ms + 5 ms jitter; {rounds} rounds of {secs} s per variant, interleaved; medians over rounds (max: over all rounds). {} cores; load before: {load_before}; after: {load_after}",
-        if quick { " -- --quick" } else { "" },
-        output("redis-server", &["--version"]),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-    );
-    println!();
+    series
+}
+
+/// One row per hold and variant, then wake-ups against polling per hold.
+fn print_table(variants: &[Variant], series: &[Vec<Series>]) {
     println!("| hold (measured) | variant | acquisitions/s | Redis commands / acquisition | wait p50 | wait p99 | wait max | hand-over p50 | acquisitions per task (fewest-most) | CPU / acquisition: client, nodes |");
     println!("|---|---|---:|---:|---:|---:|---:|---:|---|---|");
-    for (h, hold) in holds.iter().enumerate() {
+    for (h, hold) in HOLDS.iter().enumerate() {
         for (v, (name, _)) in variants.iter().enumerate() {
             let s = &series[h][v];
             println!(
@@ -148,7 +182,4 @@ async fn main() {
             series[h][1].median(|r| r.server_cpu_us) / series[h][0].median(|r| r.server_cpu_us),
         );
     }
-    polling.close().await;
-    waking.close().await;
-    drop(nodes);
 }

@@ -10,23 +10,48 @@ use std::time::Duration;
 use fredlock::{Error, KeepAliveOptions, Redlock, Retry};
 use fredlock_testkit::{FaultProxy, LocalNodes};
 
+/// Rows of the table: the case, and the message fredlock gives.
+type Rows = Vec<(&'static str, String)>;
+/// What `main` and each step return.
+type Run<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// The TTL of the locks taken to provoke the errors.
+const TTL: Duration = Duration::from_secs(5);
+/// The password node 0 is given half-way (it must never show in a message).
+const SECRET: &str = "s3cret-pw";
+
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> Run<()> {
     let nodes = LocalNodes::start(3).await?;
-    let secret = "s3cret-pw";
-    let mut rows: Vec<(&str, String)> = Vec::new();
-    let quick = |b: fredlock::Builder| {
-        b.retry(Retry::once())
-            .connect_wait(Duration::from_millis(500))
-    };
+    let mut rows = Rows::new();
     let redlock = quick(Redlock::builder().nodes(nodes.urls()))
         .build()
         .await?;
-    let ttl = Duration::from_secs(5);
+    lock_errors(&nodes, &redlock, &mut rows).await?;
+    unreachable_nodes(&nodes, &mut rows).await?;
+    without_quorum(&mut rows).await?;
+    configuration_and_input(&nodes, &redlock, &mut rows).await?;
+    semaphores_and_names(&redlock, &mut rows).await?;
 
-    // Lock errors.
-    let held = redlock.acquire("orders:42", ttl).await?;
-    rows.push(("contention", err(redlock.acquire("orders:42", ttl).await)));
+    println!("| case | message |");
+    println!("|---|---|");
+    for (case, message) in rows {
+        assert!(!message.contains(SECRET), "a password leaked: {message}");
+        println!("| {case} | `{}` |", message.replace('|', "\\|"));
+    }
+    Ok(())
+}
+
+/// One attempt, a short wait for connections.
+fn quick(b: fredlock::Builder) -> fredlock::Builder {
+    b.retry(Retry::once())
+        .connect_wait(Duration::from_millis(500))
+}
+
+/// Contention, a release after expiry, a TTL too short, a lock lost during `with_lock`.
+async fn lock_errors(nodes: &LocalNodes, redlock: &Redlock, rows: &mut Rows) -> Run<()> {
+    let held = redlock.acquire("orders:42", TTL).await?;
+    rows.push(("contention", err(redlock.acquire("orders:42", TTL).await)));
     for i in 0..3 {
         nodes
             .command(i, &["DEL", &redlock.key("orders:42")])
@@ -50,14 +75,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::future::pending::<()>().await
     };
     tokio::select! { e = lost => rows.push(("lock lost during with_lock", err(e))), () = wipe => {} }
+    Ok(())
+}
 
-    // Nodes that cannot be reached, each with its own cause.
+/// Nodes that cannot be reached, each with its own cause. Leaves node 0 with a password.
+async fn unreachable_nodes(nodes: &LocalNodes, rows: &mut Rows) -> Run<()> {
     nodes
-        .command(0, &["CONFIG", "SET", "requirepass", secret])
+        .command(0, &["CONFIG", "SET", "requirepass", SECRET])
         .await?;
     let refused = format!("redis://127.0.0.1:{}", free_port());
     let mixed = quick(Redlock::builder().nodes([
-        format!("redis://:wrong-{secret}@127.0.0.1:{}", nodes.port(0)),
+        format!("redis://:wrong-{SECRET}@127.0.0.1:{}", nodes.port(0)),
         refused.clone(),
         "redis://no-such-host.invalid:6379".to_string(),
     ]))
@@ -65,7 +93,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .await?;
     rows.push((
         "no quorum reachable (wrong password, refused, unknown host)",
-        err(mixed.acquire("orders:42", ttl).await),
+        err(mixed.acquire("orders:42", TTL).await),
     ));
     // Credentials refused by (a quorum of) the nodes: build() fails at once.
     rows.push((
@@ -79,13 +107,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     rows.push((
         "an unknown ACL user (build)",
         err(quick(Redlock::builder().nodes([format!(
-            "redis://nobody:{secret}@127.0.0.1:{}",
+            "redis://nobody:{SECRET}@127.0.0.1:{}",
             nodes.port(1)
         )]))
         .build()
         .await),
     ));
-    rows.push(("TLS: certificate not trusted", tls_failure(&nodes).await?));
+    rows.push(("TLS: certificate not trusted", tls_failure(nodes).await?));
     rows.push((
         "strict build without a quorum",
         err(quick(Redlock::builder().nodes([
@@ -96,24 +124,34 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()
         .await),
     ));
+    Ok(())
+}
 
-    // Extend and release without a quorum, and a semaphore permit's release.
+/// Extend and release without a quorum, and a semaphore permit's release.
+async fn without_quorum(rows: &mut Rows) -> Run<()> {
     let mut fleet = LocalNodes::start(3).await?;
     let two_down = quick(Redlock::builder().nodes(fleet.urls()))
         .build()
         .await?;
-    let mut lock = two_down.acquire("orders:45", ttl).await?;
-    let permit = two_down.semaphore("pool:api", 2)?.acquire(ttl).await?;
+    let mut lock = two_down.acquire("orders:45", TTL).await?;
+    let permit = two_down.semaphore("pool:api", 2)?.acquire(TTL).await?;
     fleet.kill(1)?;
     fleet.kill(2)?;
-    rows.push(("extend without a quorum", err(lock.extend(ttl).await)));
+    rows.push(("extend without a quorum", err(lock.extend(TTL).await)));
     rows.push(("release without a quorum", err(lock.release().await)));
     rows.push((
         "a semaphore permit's release without a quorum",
         err(permit.release().await),
     ));
+    Ok(())
+}
 
-    // Configuration and input.
+/// Configuration and input: a server listed twice, bad URLs, TTLs, keep-alive options.
+async fn configuration_and_input(
+    nodes: &LocalNodes,
+    redlock: &Redlock,
+    rows: &mut Rows,
+) -> Run<()> {
     let alias = FaultProxy::start(nodes.addr(1)).await?;
     rows.push((
         "one server twice (database index)",
@@ -149,7 +187,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "TTL too large",
         err(redlock.acquire("orders:42", Duration::MAX).await),
     ));
-    let lock = redlock.acquire("orders:45", ttl).await?;
+    let lock = redlock.acquire("orders:45", TTL).await?;
     rows.push((
         "keep-alive option out of range",
         match lock.keep_alive_with(KeepAliveOptions::default().renew_when_left(f64::NAN)) {
@@ -157,30 +195,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Err(rejected) => rejected.error.to_string(),
         },
     ));
+    Ok(())
+}
 
-    // Semaphores and reserved names.
+/// Semaphores and reserved names.
+async fn semaphores_and_names(redlock: &Redlock, rows: &mut Rows) -> Run<()> {
     rows.push((
         "semaphore with 0 permits",
         err(redlock.semaphore("pool:api", 0).map(|_| ())),
     ));
     let four = redlock.semaphore("pool:api", 4)?;
-    let permit = four.acquire(ttl).await?;
+    let permit = four.acquire(TTL).await?;
     rows.push((
         "the same semaphore with another number of permits",
-        err(redlock.semaphore("pool:api", 2)?.acquire(ttl).await),
+        err(redlock.semaphore("pool:api", 2)?.acquire(TTL).await),
     ));
     permit.release().await?;
     rows.push((
         "a resource name in the reserved ~ namespace",
-        err(redlock.acquire("~fence:orders:42", ttl).await),
+        err(redlock.acquire("~fence:orders:42", TTL).await),
     ));
-
-    println!("| case | message |");
-    println!("|---|---|");
-    for (case, message) in rows {
-        assert!(!message.contains(secret), "a password leaked: {message}");
-        println!("| {case} | `{}` |", message.replace('|', "\\|"));
-    }
     Ok(())
 }
 
@@ -199,7 +233,7 @@ fn free_port() -> u16 {
 }
 
 /// Node 2 also listens with TLS, with a self-signed certificate the client does not trust.
-async fn tls_failure(nodes: &LocalNodes) -> Result<String, Box<dyn std::error::Error>> {
+async fn tls_failure(nodes: &LocalNodes) -> Run<String> {
     if !cfg!(feature = "tls") {
         return Ok("(built without the tls feature)".into());
     }

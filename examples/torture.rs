@@ -203,7 +203,41 @@ async fn main() -> ExitCode {
         eprintln!("torture: a debug build; use --release for long runs");
     }
     let seed = args.seed.unwrap_or_else(torture::random_seed);
-    // Plain nodes first (N = 3, then 5; each without, then with fencing), then clusters.
+    let (configs, per_run) = configs(&args, seed);
+    let labels: Vec<String> = configs.iter().map(TortureConfig::label).collect();
+    println!(
+        "torture: seed {seed}, {} s per run, runs {labels:?} (replay all: `{}`)",
+        per_run.as_secs(),
+        replay_all(&args, seed)
+    );
+    let any_cluster = configs.iter().any(|c| c.cluster_shards.is_some());
+    let Some(reports) = run_all(&args, configs, per_run).await else {
+        return ExitCode::from(2);
+    };
+    let Some((controls, liveness)) = controls(&args, any_cluster).await else {
+        return ExitCode::from(2);
+    };
+    println!("{}", torture::markdown(&reports, &controls));
+    if !liveness.is_empty() {
+        println!("{}", torture::liveness_markdown(&liveness));
+    }
+    let violations: usize = reports.iter().map(|r| r.violations()).sum();
+    let failed_controls =
+        controls.iter().filter(|c| !c.pass).count() + liveness.iter().filter(|c| !c.pass).count();
+    println!(
+        "torture: seed {seed}: {violations} violation(s) in the main runs, {failed_controls} negative control(s) failed"
+    );
+    let election_failed = election(seed, per_run).await;
+    if violations > 0 || failed_controls > 0 || election_failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The runs of this invocation, and the time each gets: plain nodes first (N = 3, then 5; each
+/// without, then with fencing), then clusters, then the fleet run.
+fn configs(args: &Args, seed: u64) -> (Vec<TortureConfig>, Duration) {
     let plain_counts = args.nodes.map_or(vec![3, 5], |n| vec![n]);
     let cluster_counts = args.nodes.map_or(vec![3], |n| vec![n]);
     let mut runs: Vec<(usize, (bool, bool))> = Vec::new();
@@ -235,13 +269,15 @@ async fn main() -> ExitCode {
         fleet.wake_on_release = !args.no_wake;
         configs.push(fleet);
     }
-    let labels: Vec<String> = configs.iter().map(TortureConfig::label).collect();
-    println!(
-        "torture: seed {seed}, {} s per run, runs {labels:?} (replay all: `{}`)",
-        per_run.as_secs(),
-        replay_all(&args, seed)
-    );
-    let any_cluster = configs.iter().any(|c| c.cluster_shards.is_some());
+    (configs, per_run)
+}
+
+/// Every run, one after the other; `None` when one could not run (said on stderr).
+async fn run_all(
+    args: &Args,
+    configs: Vec<TortureConfig>,
+    per_run: Duration,
+) -> Option<Vec<torture::Report>> {
     let mut reports = Vec::new();
     for config in configs {
         let label = config.label();
@@ -259,57 +295,63 @@ async fn main() -> ExitCode {
                     report.violations()
                 );
                 if args.profile {
-                    let total: Duration = report.stats.op_time.values().sum();
-                    for ((kind, granted), d) in &report.stats.op_time {
-                        eprintln!(
-                            "  {kind:>20} {:>5} {:>8.1} s {:>5.1}%",
-                            if *granted { "grant" } else { "none" },
-                            d.as_secs_f64(),
-                            100.0 * d.as_secs_f64() / total.as_secs_f64()
-                        );
-                    }
-                    eprintln!("  ops {:?}", report.stats.ops);
+                    print_profile(&report.stats);
                 }
                 reports.push(report);
             }
             Err(e) => {
                 eprintln!("torture: {label} could not run: {e}");
-                return ExitCode::from(2);
+                return None;
             }
         }
     }
+    Some(reports)
+}
+
+/// `--profile`: where the clients' time went, by operation kind.
+fn print_profile(stats: &torture::Stats) {
+    let total: Duration = stats.op_time.values().sum();
+    for ((kind, granted), d) in &stats.op_time {
+        eprintln!(
+            "  {kind:>20} {:>5} {:>8.1} s {:>5.1}%",
+            if *granted { "grant" } else { "none" },
+            d.as_secs_f64(),
+            100.0 * d.as_secs_f64() / total.as_secs_f64()
+        );
+    }
+    eprintln!("  ops {:?}", stats.ops);
+}
+
+/// The negative controls (with the cluster ones after a cluster run), and the liveness controls
+/// after a fleet run; `None` when the liveness controls could not run (said on stderr).
+async fn controls(
+    args: &Args,
+    any_cluster: bool,
+) -> Option<(Vec<torture::ControlResult>, Vec<torture::LivenessControl>)> {
     eprintln!("torture: negative controls ...");
     let mut controls = torture::negative_controls().await;
     if any_cluster {
         controls.extend(torture::cluster_controls(args.shards).await);
     }
-    let liveness = match args.fleet {
-        true => {
-            eprintln!("torture: liveness controls ...");
-            match torture::liveness_controls(FLEET_CLIENTS, FLEET_RESOURCES, FLEET_CONTROL).await {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("torture: the liveness controls could not run: {e}");
-                    return ExitCode::from(2);
-                }
-            }
-        }
-        false => Vec::new(),
-    };
-    println!("{}", torture::markdown(&reports, &controls));
-    if !liveness.is_empty() {
-        println!("{}", torture::liveness_markdown(&liveness));
+    if !args.fleet {
+        return Some((controls, Vec::new()));
     }
-    let violations: usize = reports.iter().map(|r| r.violations()).sum();
-    let failed_controls =
-        controls.iter().filter(|c| !c.pass).count() + liveness.iter().filter(|c| !c.pass).count();
-    println!(
-        "torture: seed {seed}: {violations} violation(s) in the main runs, {failed_controls} negative control(s) failed"
-    );
-    // The election mode: candidates and observers, with its own control.
+    eprintln!("torture: liveness controls ...");
+    match torture::liveness_controls(FLEET_CLIENTS, FLEET_RESOURCES, FLEET_CONTROL).await {
+        Ok(liveness) => Some((controls, liveness)),
+        Err(e) => {
+            eprintln!("torture: the liveness controls could not run: {e}");
+            None
+        }
+    }
+}
+
+/// The election mode: candidates and observers, with its own control. Prints its line;
+/// returns whether it failed.
+async fn election(seed: u64, per_run: Duration) -> bool {
     let election = torture::election::ElectionConfig::new(seed, per_run);
     eprintln!("torture: election mode, {} s ...", per_run.as_secs());
-    let (election_failed, election_line) = match torture::election::run(election).await {
+    let (failed, line) = match torture::election::run(election).await {
         Ok(r) => (
             !r.violations.is_empty() || !r.control_caught(),
             format!(
@@ -324,10 +366,6 @@ async fn main() -> ExitCode {
         ),
         Err(e) => (true, format!("torture: election mode could not run: {e}")),
     };
-    println!("{election_line}");
-    if violations > 0 || failed_controls > 0 || election_failed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    }
+    println!("{line}");
+    failed
 }

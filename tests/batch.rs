@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::*;
 use fredlock::fred::prelude::ClientLike;
 use fredlock::{Lock, Redlock};
-use fredlock_testkit::{Fault, LocalNodes, RespValue};
+use fredlock_testkit::{Fault, LocalNodes};
 use futures::future::join_all;
 use futures::FutureExt;
 
@@ -21,23 +21,6 @@ const MANY: usize = 64;
 fn names(prefix: &str) -> Vec<String> {
     let base = unique(prefix);
     (0..MANY).map(|i| format!("{base}:{i}")).collect()
-}
-
-/// `EVAL` calls node `i` received (its plain and batched scripts; SETs inside them not counted).
-async fn evals(nodes: &LocalNodes, i: usize) -> u64 {
-    let reply = nodes
-        .command(i, &["INFO", "commandstats"])
-        .await
-        .expect("INFO");
-    let RespValue::Bulk(Some(bytes)) = reply else {
-        panic!("INFO: {reply:?}");
-    };
-    let text = String::from_utf8_lossy(&bytes);
-    text.split("cmdstat_eval:calls=")
-        .nth(1)
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
 }
 
 /// Every name's key is gone from every node within 5 s (releases and clean-ups landing).
@@ -82,7 +65,9 @@ async fn concurrent_locks_share_calls_and_leave_nothing() {
             .iter()
             .filter(|r| redlock.line_node(r) == Some(i))
             .count() as u64;
-        let n = evals(&nodes, i).await.saturating_sub(2 * gated);
+        let n = command_calls(&nodes, i, "eval")
+            .await
+            .saturating_sub(2 * gated);
         assert!(
             n < (MANY as u64 - gated) / 2,
             "node {i}: {n} script calls for {} releases: not batched",

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use fredlock::{KeepAlive, KeepAliveOptions, LostReason, Redlock};
-use fredlock_testkit::{Fault, LocalCluster, LocalNodes, RespValue};
+use fredlock_testkit::{Fault, LocalCluster, LocalNodes};
 use futures::StreamExt;
 
 /// Acquires `names` (64 at a time) for `ttl` and keeps each alive with `options`.
@@ -41,25 +41,6 @@ async fn keep_all(
 fn names(prefix: &str, n: usize) -> Vec<String> {
     let prefix = unique(prefix);
     (0..n).map(|i| format!("{prefix}:{i}")).collect()
-}
-
-/// `EVALSHA` + `EVAL` calls node `i` has served (INFO commandstats).
-async fn script_calls(nodes: &LocalNodes, i: usize) -> u64 {
-    let info = match nodes.command(i, &["INFO", "commandstats"]).await {
-        Ok(RespValue::Bulk(Some(b))) => String::from_utf8_lossy(&b).into_owned(),
-        other => panic!("INFO commandstats: {other:?}"),
-    };
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
 }
 
 /// Waits until every guard was extended at least `n` times; panics on a lost one.

@@ -19,6 +19,19 @@ fn not_held(e: &Error) -> Option<NotHeldReason> {
     }
 }
 
+/// A fresh resource named after `name`, its key, and a lock on it for `ttl`, handed over as a
+/// lease (nothing released).
+async fn leased(env: &Env, name: &str, ttl: Duration) -> (String, String, Lease) {
+    let (r, key) = resource(&env.redlock, name);
+    let lease = env
+        .redlock
+        .acquire(r.as_str(), ttl)
+        .await
+        .expect("acquire")
+        .into_lease();
+    (r, key, lease)
+}
+
 #[tokio::test]
 async fn a_lease_hands_the_lock_to_another_process() {
     let env = env_with(3, |b| b.fencing_tokens(true)).await;
@@ -70,13 +83,7 @@ async fn a_lease_hands_the_lock_to_another_process() {
 #[tokio::test]
 async fn resume_never_recreates_a_lock_that_expired_or_changed_hands() {
     let env = env(3).await;
-    let (r, key) = resource(&env.redlock, "lease-gone");
-    let lock = env
-        .redlock
-        .acquire(r.as_str(), 30 * SECOND)
-        .await
-        .expect("acquire");
-    let lease = lock.into_lease();
+    let (r, key, lease) = leased(&env, "lease-gone", 30 * SECOND).await;
     // Someone breaks it and takes it: the lease no longer holds.
     env.redlock.force_release(r.as_str()).await.expect("break");
     let thief = env
@@ -111,13 +118,7 @@ async fn resume_never_recreates_a_lock_that_expired_or_changed_hands() {
 #[tokio::test]
 async fn an_expired_lease_is_refused_without_a_round() {
     let env = env(3).await;
-    let (r, key) = resource(&env.redlock, "lease-expired");
-    let lock = env
-        .redlock
-        .acquire(r.as_str(), Duration::from_millis(300))
-        .await
-        .expect("acquire");
-    let lease = lock.into_lease();
+    let (_, key, lease) = leased(&env, "lease-expired", Duration::from_millis(300)).await;
     // The lease's deadline is the feature under test: wait past it.
     tokio::time::sleep(lease.remaining() + Duration::from_millis(20)).await;
     assert!(lease.is_expired());
@@ -129,13 +130,7 @@ async fn an_expired_lease_is_refused_without_a_round() {
 #[tokio::test]
 async fn a_resumed_deadline_follows_the_nodes_ttl() {
     let env = env(3).await;
-    let (r, key) = resource(&env.redlock, "lease-ttl");
-    let lock = env
-        .redlock
-        .acquire(r.as_str(), 60 * SECOND)
-        .await
-        .expect("acquire");
-    let lease = lock.into_lease();
+    let (_, key, lease) = leased(&env, "lease-ttl", 60 * SECOND).await;
     // The nodes say 2 s left: the resumed lock may not count on the lease's 60 s.
     for i in 0..3 {
         let _ = raw(&env.redlock, i, &["PEXPIRE", &key, "2000"]).await;
@@ -185,13 +180,7 @@ async fn a_quorum_decides_resume_and_release() {
 async fn release_by_lease_from_another_process() {
     let env = env(3).await;
     let other = build(env.nodes.urls(), |b| b).await;
-    let (r, key) = resource(&env.redlock, "lease-release");
-    let lease = env
-        .redlock
-        .acquire(r.as_str(), 30 * SECOND)
-        .await
-        .expect("acquire")
-        .into_lease();
+    let (_, key, lease) = leased(&env, "lease-release", 30 * SECOND).await;
     let report = other.release_lease(&lease).await.expect("release by lease");
     assert!(report.votes.granted() >= 2, "{}", report.votes);
     assert!(freed_within(&env.redlock, &key, 5 * SECOND).await);
@@ -206,13 +195,7 @@ async fn release_by_lease_from_another_process() {
 #[tokio::test]
 async fn a_lease_through_serde_is_its_text() {
     let env = env(3).await;
-    let (r, _) = resource(&env.redlock, "lease-serde");
-    let lease = env
-        .redlock
-        .acquire(r.as_str(), 30 * SECOND)
-        .await
-        .expect("acquire")
-        .into_lease();
+    let (_, _, lease) = leased(&env, "lease-serde", 30 * SECOND).await;
     let json = serde_json::to_string(&lease).expect("serialize");
     assert_eq!(json, format!("\"{lease}\""));
     let back: Lease = serde_json::from_str(&json).expect("deserialize");

@@ -12,7 +12,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use common::{del, eventually, local_with, resource, retry};
-use fredlock::LostReason;
+use fredlock::{Lock, LostReason, Redlock};
+use fredlock_testkit::LocalNodes;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
 
@@ -67,16 +68,33 @@ async fn each_metric_moves_with_its_event() {
     recorder
         .install()
         .expect("the only recorder of this test binary");
-    let m = |name: &str, label: Option<(&str, &str)>| reader.value(name, label);
 
     let (mut nodes, redlock) = local_with(3, |b| {
         b.retry(retry(3, 5, 5))
             .node_timeout(Duration::from_millis(200))
     })
     .await;
+    let (next, key) = grant_contention_and_a_waiter(&reader, &redlock).await;
+    a_lost_lock(&reader, &redlock, next, &key).await;
+    let r2 = two_nodes_down(&reader, &mut nodes, &redlock).await;
+    refused_credentials(&reader).await;
+    // Invalid input is its own outcome.
+    redlock
+        .acquire(r2.as_str(), Duration::ZERO)
+        .await
+        .expect_err("a zero TTL");
+    assert_eq!(
+        reader.value("fredlock_acquire_total", Some(("outcome", "invalid"))),
+        1.0
+    );
+}
 
-    // A grant, an extension, a release: attempts, outcome, latency, hold time.
-    let (r, key) = resource(&redlock, "metrics");
+/// A grant, an extension, contention, a waiter that acquires once the lock is released:
+/// attempts, outcomes, latency, hold time, the waiters' gauge. Returns the waiter's lock and
+/// the resource's key.
+async fn grant_contention_and_a_waiter(reader: &Reader, redlock: &Redlock) -> (Lock, String) {
+    let m = |name: &str, label: Option<(&str, &str)>| reader.value(name, label);
+    let (r, key) = resource(redlock, "metrics");
     let mut lock = redlock.acquire(r.as_str(), TTL).await.expect("acquire");
     assert_eq!(
         m("fredlock_acquire_total", Some(("outcome", "granted"))),
@@ -124,11 +142,15 @@ async fn each_metric_moves_with_its_event() {
     let next = waiter.await.expect("task").expect("the waiter acquires");
     assert_eq!(m("fredlock_waiters", None), 0.0);
     assert!(m("fredlock_acquire_attempts_total", None) >= 3.0);
+    (next, key)
+}
 
-    // A kept-alive lock whose keys vanish: lost, with its reason.
+/// A kept-alive lock whose keys vanish: lost, with its reason.
+async fn a_lost_lock(reader: &Reader, redlock: &Redlock, next: Lock, key: &str) {
+    let m = |name: &str, label: Option<(&str, &str)>| reader.value(name, label);
     let guard = next.keep_alive();
     for i in 0..3 {
-        del(&redlock, i, &key).await;
+        del(redlock, i, key).await;
     }
     let reason = tokio::time::timeout(Duration::from_secs(30), guard.lost())
         .await
@@ -140,11 +162,15 @@ async fn each_metric_moves_with_its_event() {
     );
     assert!(m("fredlock_extensions_total", Some(("outcome", "failed"))) >= 1.0);
     drop(guard);
+}
 
-    // Two nodes down: unavailable, and each dead node's failures are counted by node and kind.
+/// Two nodes down: unavailable, and each dead node's failures are counted by node and kind;
+/// usable nodes are counted while they are up. Returns a resource name to use next.
+async fn two_nodes_down(reader: &Reader, nodes: &mut LocalNodes, redlock: &Redlock) -> String {
+    let m = |name: &str, label: Option<(&str, &str)>| reader.value(name, label);
     nodes.kill(1).expect("kill");
     nodes.kill(2).expect("kill");
-    let (r2, _) = resource(&redlock, "metrics-down");
+    let (r2, _) = resource(redlock, "metrics-down");
     redlock
         .acquire(r2.as_str(), TTL)
         .await
@@ -175,8 +201,13 @@ async fn each_metric_moves_with_its_event() {
             "{dead}: still counted as usable"
         );
     }
-    // A node that refuses our credentials never counts.
-    let fleet = fredlock_testkit::LocalNodes::start(3).await.expect("nodes");
+    r2
+}
+
+/// A node that refuses our credentials never counts as usable.
+async fn refused_credentials(reader: &Reader) {
+    let m = |name: &str, label: Option<(&str, &str)>| reader.value(name, label);
+    let fleet = LocalNodes::start(3).await.expect("nodes");
     fleet
         .command(2, &["CONFIG", "SET", "requirepass", "metrics-secret"])
         .await
@@ -196,13 +227,4 @@ async fn each_metric_moves_with_its_event() {
         m("fredlock_node_usable", Some(("node", &on[2])))
     );
     other.close().await;
-    // Invalid input is its own outcome.
-    redlock
-        .acquire(r2.as_str(), Duration::ZERO)
-        .await
-        .expect_err("a zero TTL");
-    assert_eq!(
-        m("fredlock_acquire_total", Some(("outcome", "invalid"))),
-        1.0
-    );
 }

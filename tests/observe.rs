@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use fredlock::{ElectOptions, Leader, Observer, Redlock, Retry};
-use fredlock_testkit::{Fault, LocalNodes, RespValue};
+use fredlock_testkit::{Fault, LocalNodes};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -28,29 +28,6 @@ async fn shows(
 
 fn value_is(v: &'static str) -> impl Fn(&Option<Leader>) -> bool {
     move |l| l.as_ref().is_some_and(|l| l.value == v)
-}
-
-/// EVAL and EVALSHA calls node `i` has served so far.
-async fn script_calls(nodes: &LocalNodes, i: usize) -> u64 {
-    let RespValue::Bulk(Some(info)) = nodes
-        .command(i, &["INFO", "commandstats"])
-        .await
-        .expect("INFO")
-    else {
-        panic!("INFO commandstats: not a bulk string");
-    };
-    let info = String::from_utf8_lossy(&info).to_string();
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,7 +59,7 @@ async fn changes_are_pushed_and_an_idle_observer_sends_nothing() {
 
     // Idle: nothing changes, so nobody sends a script (the leader extends only after 40 s).
     // First let the reads that the change's messages (one per node) set off finish.
-    let calls = || futures::future::join_all((0..3).map(|i| script_calls(&nodes, i)));
+    let calls = || futures::future::join_all((0..3).map(|i| common::script_calls(&nodes, i)));
     let mut before = calls().await;
     loop {
         tokio::time::sleep(Duration::from_millis(300)).await;

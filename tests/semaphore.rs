@@ -104,39 +104,15 @@ async fn permits_count_and_run_out() {
 async fn a_free_slot_takes_one_round() {
     let (nodes, redlock) = local_with(3, |b| b).await;
     let sem = redlock.semaphore(unique("round"), 8).expect("semaphore");
-    let before = evals(&nodes).await;
+    let before = common::calls_on_all(&nodes, "eval").await;
     let permit = sem.acquire(Duration::from_secs(5)).await.expect("permit");
-    let after = evals(&nodes).await;
+    let after = common::calls_on_all(&nodes, "eval").await;
     let calls = after - before;
     assert!(
         (3..=4).contains(&calls),
         "{calls} EVALs for one acquire on 3 nodes"
     );
     permit.release().await.expect("release");
-}
-
-async fn evals(nodes: &fredlock_testkit::LocalNodes) -> u64 {
-    let mut total = 0;
-    for i in 0..nodes.len() {
-        let info = nodes
-            .command(i, &["INFO", "commandstats"])
-            .await
-            .expect("INFO");
-        let text = match info {
-            fredlock_testkit::RespValue::Bulk(Some(bytes)) => {
-                String::from_utf8_lossy(&bytes).into_owned()
-            }
-            other => panic!("{other:?}"),
-        };
-        if let Some(start) = text.find("cmdstat_eval:calls=") {
-            let digits: String = text[start + 19..]
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect();
-            total += digits.parse::<u64>().unwrap_or(0);
-        }
-    }
-    total
 }
 
 /// 0 permits, an empty name, a reserved name, too many permits: InvalidInput. A name used with

@@ -29,31 +29,6 @@ const SLOW: Retry = Retry {
 /// A woken waiter acquires well within this (loopback round trips, a loaded CI machine).
 const WOKEN: Duration = Duration::from_secs(3);
 
-fn calls(info: &RespValue, command: &str) -> u64 {
-    let RespValue::Bulk(Some(text)) = info else {
-        return 0;
-    };
-    let prefix = format!("cmdstat_{command}:calls=");
-    String::from_utf8_lossy(text)
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Calls of `command` on every node since the last CONFIG RESETSTAT (INFO commandstats).
-async fn command_calls(nodes: &LocalNodes, command: &str) -> u64 {
-    let mut total = 0;
-    for i in 0..nodes.len() {
-        total += calls(
-            &nodes.command(i, &["INFO", "commandstats"]).await.unwrap(),
-            command,
-        );
-    }
-    total
-}
-
 /// Pub/sub client connections on node `i` (CLIENT LIST TYPE pubsub).
 async fn pubsub_clients(nodes: &LocalNodes, i: usize) -> usize {
     match nodes
@@ -356,8 +331,8 @@ async fn each_release_wakes_one_waiter_fleet_wide() {
     );
     // Let the last release land.
     assert!(freed_within(&holder, &holder.key(&r), Duration::from_secs(5)).await);
-    let publishes = command_calls(&nodes, "publish").await;
-    let sets = command_calls(&nodes, "set").await;
+    let publishes = calls_on_all(&nodes, "publish").await;
+    let sets = calls_on_all(&nodes, "set").await;
     assert_eq!(
         publishes, FLEET as u64,
         "one wake-up per release that had a waiter"
@@ -723,7 +698,7 @@ async fn wake_ups_off_polls_in_line() {
     }
     // The release still wakes the head (a process with wake-ups may be waiting too): one
     // message per release that had a waiter, whoever listens.
-    assert_eq!(command_calls(&nodes, "publish").await, 1);
+    assert_eq!(calls_on_all(&nodes, "publish").await, 1);
 }
 
 /// A one-permit semaphore shared by two tasks of one process, each taking it 10 times for

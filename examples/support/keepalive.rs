@@ -253,19 +253,46 @@ pub async fn child(
         .await
         .expect("build a Redlock");
     let options = KeepAliveOptions::default().batched(variant == Variant::Batched);
-    let (rss0, heap0) = (resident_bytes(), LIVE.load(Ordering::Relaxed));
-    trim();
-    let trimmed0 = resident_bytes();
+    let before = Memory::now();
     // Room for every guard (the caller's storage counts, as in row (d) of `make bench`), or
     // every lock.
     let (mut guards, mut plain) = match variant {
         Variant::Plain => (Vec::new(), Vec::with_capacity(locks)),
         _ => (Vec::with_capacity(locks), Vec::new()),
     };
-    let mut keep = |lock: fredlock::Lock| match variant {
+    let keep = |lock: fredlock::Lock| match variant {
         Variant::Plain => plain.push(lock),
         _ => guards.push(lock.keep_alive_with(options.clone()).expect("options")),
     };
+    acquire_all(&redlock, &prefix, locks, ttl, keep).await;
+    let memory = Memory::now().per_lock_since(&before, locks);
+    if variant == Variant::Plain {
+        // Memory only: the locks held without keep-alive, released at once.
+        for lock in plain {
+            let _ = lock.release().await;
+        }
+        redlock.close().await;
+        return memory;
+    }
+    let sample = keep_alive_window(&redlock, guards, locks, window).await;
+    redlock.close().await;
+    Sample {
+        rss_per_lock: memory.rss_per_lock,
+        trimmed_rss_per_lock: memory.trimmed_rss_per_lock,
+        heap_per_lock: memory.heap_per_lock,
+        ..sample
+    }
+}
+
+/// Acquires `prefix:0` .. `prefix:{locks - 1}`, 256 at a time, handing each lock to `keep` as
+/// soon as it is acquired.
+async fn acquire_all(
+    redlock: &Redlock,
+    prefix: &str,
+    locks: usize,
+    ttl: Duration,
+    mut keep: impl FnMut(fredlock::Lock),
+) {
     let mut pending = futures::stream::FuturesUnordered::new();
     for i in 0..locks {
         let (redlock, name) = (redlock.clone(), format!("{prefix}:{i}"));
@@ -277,33 +304,56 @@ pub async fn child(
     while let Some(lock) = pending.next().await {
         keep(lock.expect("acquire"));
     }
-    drop(pending);
-    let (rss1, heap1) = (resident_bytes(), LIVE.load(Ordering::Relaxed));
-    trim();
-    let trimmed = resident_bytes();
-    let per_lock = |a: Option<u64>, b: Option<u64>| match (a, b) {
-        (Some(a), Some(b)) => b.saturating_sub(a) as f64 / locks as f64,
-        _ => f64::NAN,
-    };
-    if variant == Variant::Plain {
-        // Memory only: the locks held without keep-alive, released at once.
-        for lock in plain {
-            let _ = lock.release().await;
+}
+
+/// The process's memory at one moment: resident, live heap, and resident after handing the
+/// allocator's free memory back to the OS.
+struct Memory {
+    rss: Option<u64>,
+    heap: usize,
+    trimmed: Option<u64>,
+}
+
+impl Memory {
+    fn now() -> Memory {
+        let (rss, heap) = (resident_bytes(), LIVE.load(Ordering::Relaxed));
+        trim();
+        Memory {
+            rss,
+            heap,
+            trimmed: resident_bytes(),
         }
-        redlock.close().await;
-        return Sample {
-            rss_per_lock: per_lock(rss0, rss1),
-            trimmed_rss_per_lock: per_lock(trimmed0, trimmed),
-            heap_per_lock: heap1.saturating_sub(heap0) as f64 / locks as f64,
-            ..Sample::default()
-        };
     }
+
+    /// The growth since `before`, per lock, as a sample's memory figures.
+    fn per_lock_since(&self, before: &Memory, locks: usize) -> Sample {
+        let per_lock = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => b.saturating_sub(a) as f64 / locks as f64,
+            _ => f64::NAN,
+        };
+        Sample {
+            rss_per_lock: per_lock(before.rss, self.rss),
+            trimmed_rss_per_lock: per_lock(before.trimmed, self.trimmed),
+            heap_per_lock: self.heap.saturating_sub(before.heap) as f64 / locks as f64,
+            ..Sample::default()
+        }
+    }
+}
+
+/// The keep-alive's work over `window`: on the nodes (scripts, commands, CPU) and in this
+/// process (CPU, extensions); then the locks lost, and every guard released.
+async fn keep_alive_window(
+    redlock: &Redlock,
+    guards: Vec<fredlock::KeepAlive>,
+    locks: usize,
+    window: Duration,
+) -> Sample {
     let extensions0: u64 = guards.iter().map(|g| u64::from(g.extensions())).sum();
-    let stats0 = node_stats(&redlock).await;
+    let stats0 = node_stats(redlock).await;
     let cpu0 = process_cpu();
     let t0 = Instant::now();
     tokio::time::sleep(window).await;
-    let stats = node_stats(&redlock).await.minus(stats0);
+    let stats = node_stats(redlock).await.minus(stats0);
     let elapsed = t0.elapsed().as_secs_f64();
     let cpu = process_cpu()
         .zip(cpu0)
@@ -318,16 +368,12 @@ pub async fn child(
         futures::stream::iter(guards.into_iter().map(|g| g.release())).buffer_unordered(256);
     let _: Vec<_> = releases.collect().await;
     let node_count = redlock.node_names().len() as u64;
-    redlock.close().await;
     let per_lock_minute = |seconds: f64| seconds / locks as f64 / elapsed * 60.0;
     Sample {
         scripts_per_s: stats.scripts as f64 / elapsed,
         commands_per_s: stats.commands as f64 / elapsed,
         node_cpu: per_lock_minute(stats.cpu),
         node_cpu_per_extension: stats.cpu * 1e6 / extensions.max(1) as f64,
-        rss_per_lock: per_lock(rss0, rss1),
-        trimmed_rss_per_lock: per_lock(trimmed0, trimmed),
-        heap_per_lock: heap1.saturating_sub(heap0) as f64 / locks as f64,
         client_cpu: per_lock_minute(cpu),
         extensions_per_s: extensions as f64 / elapsed,
         usec_per_script: stats.script_usec as f64 / stats.scripts.max(1) as f64,
@@ -335,6 +381,7 @@ pub async fn child(
         locks_per_script: (extensions * node_count) as f64 / stats.scripts.max(1) as f64,
         lost,
         window_s: elapsed,
+        ..Sample::default()
     }
 }
 

@@ -43,7 +43,7 @@ pub async fn leader(redlock: &Redlock, o: LeaderOptions) -> i32 {
         .priority(o.priority);
     let election = match redlock.elect_with_options(o.name.as_str(), o.ttl, options) {
         Ok(e) => e,
-        Err(e) => return crate::fail(&e),
+        Err(e) => return exit::fail(&e),
     };
     nodes::warn_at_start(redlock, &o.name).await;
     loop {
@@ -124,7 +124,7 @@ pub async fn observe(redlock: &Redlock, name: &str) -> i32 {
     };
     let observer = match redlock.observe(name).await {
         Ok(o) => o,
-        Err(e) => return crate::fail(&e),
+        Err(e) => return exit::fail(&e),
     };
     let mut rx = observer.watch();
     loop {

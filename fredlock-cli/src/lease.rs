@@ -8,8 +8,9 @@ use std::time::Duration;
 use clap::Args;
 use fredlock::{AcquireOptions, Error, Lease};
 
+use crate::common::{connect, Common};
 use crate::duration::{self, show};
-use crate::{connect, exit, Common};
+use crate::exit;
 
 /// `fredlock acquire`.
 #[derive(Args, Debug)]
@@ -92,7 +93,7 @@ pub async fn acquire(common: &Common, a: AcquireArgs) -> i32 {
             );
             a.conflict_exit_code
         }
-        Err(e) => crate::fail(&e),
+        Err(e) => exit::fail(&e),
     };
     redlock.close().await;
     code
@@ -175,6 +176,6 @@ fn not_held_or_fail(e: &Error) -> i32 {
             eprintln!("fredlock: {e}");
             exit::LOST
         }
-        _ => crate::fail(e),
+        _ => exit::fail(e),
     }
 }

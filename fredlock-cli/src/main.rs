@@ -3,11 +3,19 @@
 //! A thin layer over the library: `run` is flock(1) for a fleet (a lock kept alive while a
 //! command runs), `leader` runs a command only while elected, `inspect` and `break` are for
 //! operators, `health` checks what the Redlock safety argument assumes of the nodes.
+//!
+//! This file parses the arguments and hands each subcommand to its file (`run.rs`, `elect.rs`,
+//! `show.rs`, `health.rs`, `lease.rs`). Below those: `child.rs` (CMD as a child process),
+//! `nodes.rs`, `common.rs` (the shared options and the client they make), `duration.rs` and
+//! `exit.rs` (the exit codes). No file imports this one, and no two files import each other
+//! (`fredlock-testkit/tests/layers.rs` checks that no import runs in a circle).
 #![deny(unsafe_code)]
 
 mod child;
+mod common;
 mod duration;
 mod elect;
+mod exit;
 mod health;
 mod lease;
 mod nodes;
@@ -18,34 +26,8 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use fredlock::{Error, Redlock};
 
-/// Exit codes, documented in `--help` and docs/operations.md.
-pub mod exit {
-    /// Success.
-    pub const OK: i32 = 0;
-    /// `health`: degraded; `inspect`, `break`: a node did not answer (it may hold the key).
-    pub const DEGRADED: i32 = 1;
-    /// `health`: fewer than a quorum of distinct servers reachable.
-    pub const NO_QUORUM: i32 = 2;
-    /// Bad usage or input: unknown option, no nodes, a bad URL, label or duration, `break`
-    /// without `--yes`.
-    pub const USAGE: i32 = 64;
-    /// The nodes are unavailable: too few answered to form a quorum.
-    pub const UNAVAILABLE: i32 = 69;
-    /// An unexpected failure inside fredlock.
-    pub const SOFTWARE: i32 = 70;
-    /// The lock is held by someone else (`--no-wait`, or `--wait` ran out). Change it with
-    /// `--conflict-exit-code`.
-    pub const CONFLICT: i32 = 75;
-    /// `run`: the lock was lost while CMD ran; CMD was stopped. `extend`, `release`: the lease
-    /// no longer holds the lock (it expired, or someone else took it).
-    pub const LOST: i32 = 76;
-    /// CMD is not executable.
-    pub const NOT_EXECUTABLE: i32 = 126;
-    /// CMD was not found.
-    pub const NOT_FOUND: i32 = 127;
-}
+use crate::common::{connect, node_urls, Common};
 
 const EXIT_CODES: &str = "\
 EXIT CODES:
@@ -78,28 +60,6 @@ struct Cli {
     common: Common,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Args, Debug)]
-struct Common {
-    /// The nodes: independent servers (not replicas of one another), as URLs separated by
-    /// commas or spaces.
-    #[arg(
-        long,
-        env = "FREDLOCK_NODES",
-        value_delimiter = ',',
-        global = true,
-        value_name = "URL,URL,..."
-    )]
-    nodes: Vec<String>,
-    /// Prefix of every lock key.
-    #[arg(
-        long,
-        env = "FREDLOCK_PREFIX",
-        default_value = "fredlock:",
-        global = true
-    )]
-    prefix: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -271,87 +231,11 @@ fn main() {
 async fn dispatch(cli: Cli) -> i32 {
     let Cli { common, command } = cli;
     match command {
-        Command::Run(args) => {
-            let wait = if args.no_wait {
-                Duration::ZERO
-            } else {
-                args.wait.unwrap_or(Duration::MAX)
-            };
-            let redlock = match connect(&common, args.lock.label.as_deref()).await {
-                Ok(redlock) => redlock,
-                Err(code) => return code,
-            };
-            let code = run::run(
-                &redlock,
-                run::RunOptions {
-                    name: args.name,
-                    ttl: args.lock.ttl,
-                    wait,
-                    hold_at_least: args.hold_at_least,
-                    kill_after: args.lock.kill_after,
-                    no_quorum: args.lock.no_quorum_timeout,
-                    conflict: args.conflict_exit_code,
-                    cmd: args.cmd,
-                },
-            )
-            .await;
-            redlock.close().await;
-            code
-        }
-        Command::Leader(args) => {
-            let redlock = match connect(&common, args.lock.label.as_deref()).await {
-                Ok(redlock) => redlock,
-                Err(code) => return code,
-            };
-            let options = elect::LeaderOptions {
-                name: args.name,
-                ttl: args.lock.ttl,
-                kill_after: args.lock.kill_after,
-                value: args.value,
-                priority: args.priority,
-                no_quorum: args.lock.no_quorum_timeout,
-                cmd: args.cmd,
-            };
-            let code = elect::leader(&redlock, options).await;
-            redlock.close().await;
-            code
-        }
-        Command::Observe(args) => {
-            let redlock = match connect(&common, None).await {
-                Ok(redlock) => redlock,
-                Err(code) => return code,
-            };
-            let code = elect::observe(&redlock, &args.name).await;
-            redlock.close().await;
-            code
-        }
-        Command::Inspect(args) => {
-            let redlock = match connect(&common, None).await {
-                Ok(redlock) => redlock,
-                Err(code) => return code,
-            };
-            let code = show::inspect(&redlock, &args.name, args.json).await;
-            redlock.close().await;
-            code
-        }
-        Command::Break(args) => {
-            if !args.yes {
-                eprintln!(
-                    "fredlock: not breaking {:?} without --yes: its holder may still be working, and \
-                     breaking lets another process in at the same time. See who holds it with \
-                     `fredlock inspect {}`, then run `fredlock break {} --yes`.",
-                    args.name, args.name, args.name
-                );
-                return exit::USAGE;
-            }
-            let redlock = match connect(&common, None).await {
-                Ok(redlock) => redlock,
-                Err(code) => return code,
-            };
-            let code = show::force_break(&redlock, &args.name, args.json).await;
-            redlock.close().await;
-            code
-        }
+        Command::Run(args) => cmd_run(&common, args).await,
+        Command::Leader(args) => cmd_leader(&common, args).await,
+        Command::Observe(args) => cmd_observe(&common, args).await,
+        Command::Inspect(args) => cmd_inspect(&common, args).await,
+        Command::Break(args) => cmd_break(&common, args).await,
         Command::Health(args) => {
             let Some(urls) = node_urls(&common) else {
                 return exit::USAGE;
@@ -364,45 +248,88 @@ async fn dispatch(cli: Cli) -> i32 {
     }
 }
 
-/// The node URLs, or `None` after saying how to give them. Commas, whitespace or both
-/// separate them (a URL holds neither).
-fn node_urls(common: &Common) -> Option<Vec<String>> {
-    let urls: Vec<String> = common
-        .nodes
-        .iter()
-        .flat_map(|u| u.split(|c: char| c == ',' || c.is_whitespace()))
-        .filter(|u| !u.is_empty())
-        .map(str::to_string)
-        .collect();
-    if urls.is_empty() {
-        eprintln!("fredlock: no nodes: give --nodes redis://HOST:PORT,redis://HOST:PORT,... or set FREDLOCK_NODES");
-        return None;
-    }
-    Some(urls)
+/// `fredlock run`: the options from the arguments, a Redlock, CMD under the lock.
+async fn cmd_run(common: &Common, args: RunArgs) -> i32 {
+    let wait = if args.no_wait {
+        Duration::ZERO
+    } else {
+        args.wait.unwrap_or(Duration::MAX)
+    };
+    let redlock = match connect(common, args.lock.label.as_deref()).await {
+        Ok(redlock) => redlock,
+        Err(code) => return code,
+    };
+    let options = run::RunOptions {
+        name: args.name,
+        ttl: args.lock.ttl,
+        wait,
+        hold_at_least: args.hold_at_least,
+        kill_after: args.lock.kill_after,
+        no_quorum: args.lock.no_quorum_timeout,
+        conflict: args.conflict_exit_code,
+        cmd: args.cmd,
+    };
+    let code = run::run(&redlock, options).await;
+    redlock.close().await;
+    code
 }
 
-/// A Redlock over the nodes, or the exit code after printing why not (bad URL, label,
-/// duplicate: 64; too few nodes accept our credentials: 69).
-async fn connect(common: &Common, label: Option<&str>) -> Result<Redlock, i32> {
-    let urls = node_urls(common).ok_or(exit::USAGE)?;
-    let mut builder = Redlock::builder()
-        .nodes(urls)
-        .key_prefix(common.prefix.clone());
-    if let Some(label) = label {
-        builder = builder.owner_label(label);
-    }
-    builder.build().await.map_err(|e| fail(&e))
+/// `fredlock leader`: the options from the arguments, a Redlock, CMD while elected.
+async fn cmd_leader(common: &Common, args: LeaderArgs) -> i32 {
+    let redlock = match connect(common, args.lock.label.as_deref()).await {
+        Ok(redlock) => redlock,
+        Err(code) => return code,
+    };
+    let options = elect::LeaderOptions {
+        name: args.name,
+        ttl: args.lock.ttl,
+        kill_after: args.lock.kill_after,
+        value: args.value,
+        priority: args.priority,
+        no_quorum: args.lock.no_quorum_timeout,
+        cmd: args.cmd,
+    };
+    let code = elect::leader(&redlock, options).await;
+    redlock.close().await;
+    code
 }
 
-/// The exit code for a library error, after printing it.
-pub fn fail(e: &Error) -> i32 {
-    eprintln!("fredlock: {e}");
-    match e {
-        Error::InvalidInput(_) => exit::USAGE,
-        Error::Contended { .. } => exit::CONFLICT,
-        Error::Unavailable { .. } | Error::Connect { .. } | Error::ValidityExpired { .. } => {
-            exit::UNAVAILABLE
-        }
-        _ => exit::SOFTWARE,
+async fn cmd_observe(common: &Common, args: ObserveArgs) -> i32 {
+    let redlock = match connect(common, None).await {
+        Ok(redlock) => redlock,
+        Err(code) => return code,
+    };
+    let code = elect::observe(&redlock, &args.name).await;
+    redlock.close().await;
+    code
+}
+
+async fn cmd_inspect(common: &Common, args: InspectArgs) -> i32 {
+    let redlock = match connect(common, None).await {
+        Ok(redlock) => redlock,
+        Err(code) => return code,
+    };
+    let code = show::inspect(&redlock, &args.name, args.json).await;
+    redlock.close().await;
+    code
+}
+
+/// `fredlock break`: only with `--yes`.
+async fn cmd_break(common: &Common, args: BreakArgs) -> i32 {
+    if !args.yes {
+        eprintln!(
+            "fredlock: not breaking {:?} without --yes: its holder may still be working, and \
+             breaking lets another process in at the same time. See who holds it with \
+             `fredlock inspect {}`, then run `fredlock break {} --yes`.",
+            args.name, args.name, args.name
+        );
+        return exit::USAGE;
     }
+    let redlock = match connect(common, None).await {
+        Ok(redlock) => redlock,
+        Err(code) => return code,
+    };
+    let code = show::force_break(&redlock, &args.name, args.json).await;
+    redlock.close().await;
+    code
 }

@@ -4,11 +4,12 @@ use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
-use fredlock::{AcquireOptions, Error, Redlock, Verdict};
+use fredlock::{AcquireOptions, Error, KeepAlive, Lock, Redlock, Verdict};
 
-use crate::child::{self, Signals};
+use crate::child::{self, Child, Signals};
 use crate::duration::show;
-use crate::{exit, nodes};
+use crate::exit;
+use crate::nodes;
 
 /// What `run` was asked.
 pub struct RunOptions {
@@ -34,6 +35,26 @@ pub async fn run(redlock: &Redlock, o: RunOptions) -> i32 {
             return exit::SOFTWARE;
         }
     };
+    let lock = match acquire(redlock, &o, &mut signals).await {
+        Ok(lock) => lock,
+        Err(code) => return code,
+    };
+    let guard = lock.keep_alive();
+    let cmd = match child::spawn(&o.cmd) {
+        Ok(c) => c,
+        Err(code) => {
+            if let Err(e) = guard.release().await {
+                eprintln!("fredlock: releasing {:?}: {e}", o.name);
+            }
+            return code;
+        }
+    };
+    supervise(redlock, &o, guard, cmd, &mut signals).await
+}
+
+/// Waits for the lock as `o` says, showing on a terminal who holds it meanwhile. `Err`: the
+/// exit code (a signal, no quorum for `--no-quorum-timeout`, held by someone else, an error).
+async fn acquire(redlock: &Redlock, o: &RunOptions, signals: &mut Signals) -> Result<Lock, i32> {
     let mut options = AcquireOptions::new().wait(o.wait);
     let mut ttl = o.ttl;
     if let Some(at_least) = o.hold_at_least {
@@ -50,22 +71,22 @@ pub async fn run(redlock: &Redlock, o: RunOptions) -> i32 {
             // Dropping the acquire releases whatever its attempt may have set.
             sig = signals.recv() => {
                 clear_line(terminal);
-                return 128 + sig;
+                return Err(128 + sig);
             }
             // Waiting is for the lock, not for nodes that are down.
             why = nodes::no_quorum_for(redlock, &o.name, o.no_quorum), if !o.wait.is_zero() => {
                 clear_line(terminal);
                 eprintln!("fredlock: {:?}: {why}", o.name);
-                return exit::UNAVAILABLE;
+                return Err(exit::UNAVAILABLE);
             }
             () = waiting_display(redlock, &o.name), if terminal && !o.wait.is_zero() => {
-                return exit::SOFTWARE;
+                return Err(exit::SOFTWARE);
             }
         }
     };
     clear_line(terminal);
-    let lock = match acquired {
-        Ok(lock) => lock,
+    match acquired {
+        Ok(lock) => Ok(lock),
         Err(Error::Contended { attempts, .. }) => {
             let holder = describe_holder(redlock, &o.name).await;
             let waited = if o.wait.is_zero() {
@@ -74,20 +95,21 @@ pub async fn run(redlock: &Redlock, o: RunOptions) -> i32 {
                 format!("gave up after {} ({attempts} attempts)", show(o.wait))
             };
             eprintln!("fredlock: {:?} is held {holder}; {waited}", o.name);
-            return o.conflict;
+            Err(o.conflict)
         }
-        Err(e) => return crate::fail(&e),
-    };
-    let guard = lock.keep_alive();
-    let mut cmd = match child::spawn(&o.cmd) {
-        Ok(c) => c,
-        Err(code) => {
-            if let Err(e) = guard.release().await {
-                eprintln!("fredlock: releasing {:?}: {e}", o.name);
-            }
-            return code;
-        }
-    };
+        Err(e) => Err(exit::fail(&e)),
+    }
+}
+
+/// While CMD runs: passes signals on, and stops CMD when the lock is lost (the keep-alive
+/// says so, or the token is gone from the nodes). Returns the exit code.
+async fn supervise(
+    redlock: &Redlock,
+    o: &RunOptions,
+    guard: KeepAlive,
+    mut cmd: Child,
+    signals: &mut Signals,
+) -> i32 {
     // A `break` (or a takeover after expiry) is noticed within about a second by this check,
     // not only at the next extension.
     let token = guard.token().to_string();

@@ -165,7 +165,7 @@ fn print_nodes(seen: &Inspection, held_word: &str) {
 pub async fn inspect(redlock: &Redlock, name: &str, json: bool) -> i32 {
     let seen = match redlock.inspect(name).await {
         Ok(seen) => seen,
-        Err(e) => return crate::fail(&e),
+        Err(e) => return exit::fail(&e),
     };
     let (election_line, election) = crate::elect::inspect_election(redlock, name).await;
     if json {
@@ -211,7 +211,7 @@ pub async fn inspect(redlock: &Redlock, name: &str, json: bool) -> i32 {
 pub async fn force_break(redlock: &Redlock, name: &str, json: bool) -> i32 {
     let broken = match redlock.force_release(name).await {
         Ok(b) => b,
-        Err(e) => return crate::fail(&e),
+        Err(e) => return exit::fail(&e),
     };
     if json {
         println!("{}", as_json(redlock, &broken));

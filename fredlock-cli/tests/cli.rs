@@ -3,130 +3,16 @@
 //! Waits are bounded polls of a file or of the nodes (no sleep stands in for an event), and
 //! timing bounds carry generous margins: CI machines are small and shared.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use fredlock::Redlock;
 use fredlock_testkit::{FaultProxy, LocalNodes};
-use tokio::process::{Child, Command};
+use support::*;
+use tokio::process::Command;
 use tokio::time::Instant;
-
-/// The binary, with `nodes` as FREDLOCK_NODES and no other fredlock variable.
-fn fredlock(nodes: &[String]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fredlock"));
-    cmd.env("FREDLOCK_NODES", nodes.join(","))
-        .env_remove("FREDLOCK_PREFIX")
-        .env_remove("FREDLOCK_LABEL")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    cmd
-}
-
-async fn output(mut cmd: Command) -> Output {
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    tokio::time::timeout(Duration::from_secs(60), cmd.output())
-        .await
-        .expect("fredlock finished within 60 s")
-        .expect("fredlock ran")
-}
-
-fn code(out: &Output) -> i32 {
-    out.status.code().expect("an exit code")
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn unique(name: &str) -> String {
-    format!("cli-{name}-{:016x}", rand_u64())
-}
-
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .elapsed()
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish()
-}
-
-/// A scratch directory, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(unique(name));
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        Scratch(dir)
-    }
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-/// Polls until `check` holds or `within` passes.
-async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let until = Instant::now() + within;
-    loop {
-        if check() {
-            return true;
-        }
-        if Instant::now() >= until {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn wait_exit(child: &mut Child, within: Duration) -> i32 {
-    let status = tokio::time::timeout(within, child.wait())
-        .await
-        .expect("exited in time")
-        .expect("wait");
-    status.code().expect("an exit code")
-}
-
-fn signal(pid: u32, sig: i32) {
-    #[allow(unsafe_code)]
-    // SAFETY: kill(2) on a child of this test.
-    let rc = unsafe { libc_kill(pid as i32, sig) };
-    assert_eq!(rc, 0, "kill {pid} {sig}");
-}
-
-extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
-}
-
-const SIGTERM: i32 = 15;
-const SIGKILL: i32 = 9;
-
-async fn redlock(nodes: &[String], label: &str) -> Redlock {
-    Redlock::builder()
-        .nodes(nodes.to_vec())
-        .owner_label(label)
-        .build()
-        .await
-        .expect("build")
-}
 
 /// Critical sections from a log of `S id` / `E id` lines: whether any two overlap (a start
 /// while another section is open).

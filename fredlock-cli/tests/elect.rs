@@ -1,38 +1,15 @@
 //! End-to-end: `fredlock leader --value --priority`, `fredlock observe` and the election part
 //! of `fredlock inspect`, with the real binary against local redis-server nodes.
 
+mod support;
+
 use std::process::Stdio;
 use std::time::Duration;
 
-use fredlock::{ElectOptions, Redlock};
+use fredlock::ElectOptions;
 use fredlock_testkit::LocalNodes;
+use support::*;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
-
-fn fredlock(nodes: &[String]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fredlock"));
-    cmd.env("FREDLOCK_NODES", nodes.join(","))
-        .env_remove("FREDLOCK_PREFIX")
-        .env_remove("FREDLOCK_LABEL")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    cmd
-}
-
-fn unique(name: &str) -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    format!("cli-{name}-{:016x}", h.finish())
-}
-
-async fn redlock(nodes: &[String]) -> Redlock {
-    Redlock::builder()
-        .nodes(nodes.to_vec())
-        .build()
-        .await
-        .expect("build")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_gives_cmd_its_term_and_value() {
@@ -72,7 +49,7 @@ async fn leader_gives_cmd_its_term_and_value() {
     let term: u64 = term.parse().expect("a term number");
     assert!(term >= 1);
     // CMD exited, so the leader resigned: nobody leads, and the next term is larger.
-    let r = redlock(&urls).await;
+    let r = redlock(&urls, "elect-test").await;
     assert_eq!(r.leader_of(&name).await.expect("read"), None);
     let e = r
         .elect(name.as_str(), Duration::from_secs(5))
@@ -94,7 +71,7 @@ async fn observe_prints_one_json_line_per_change_and_inspect_shows_the_term() {
         .expect("spawn");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     assert_eq!(next(&mut lines).await["leader"], serde_json::Value::Null);
-    let r = redlock(&urls).await;
+    let r = redlock(&urls, "elect-test").await;
     let options = ElectOptions::default().value("10.0.0.7:9000");
     let e = r
         .elect_with_options(name.as_str(), Duration::from_secs(30), options)
@@ -128,11 +105,7 @@ async fn observe_prints_one_json_line_per_change_and_inspect_shows_the_term() {
     e.resign().await;
     assert_eq!(next(&mut lines).await["leader"], serde_json::Value::Null);
     // Interrupted is the normal end.
-    let pid = child.id().expect("pid");
-    #[allow(unsafe_code)]
-    // SAFETY: kill(2) on a child of this test.
-    let rc = unsafe { libc_kill(pid as i32, 2) };
-    assert_eq!(rc, 0);
+    signal(child.id().expect("pid"), SIGINT);
     let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
         .await
         .expect("exited")
@@ -150,9 +123,4 @@ async fn next(lines: &mut Lines) -> serde_json::Value {
         .expect("read")
         .expect("not closed");
     serde_json::from_str(&line).expect("JSON")
-}
-
-extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
 }

@@ -1,70 +1,20 @@
 //! End-to-end, the real `fredlock` binary: `run --hold-at-least` (cron de-duplication) and
 //! leases handed between processes (`acquire`, `extend --lease`, `release --lease`).
 
-use std::path::PathBuf;
-use std::process::{Output, Stdio};
-use std::time::Duration;
+mod support;
+
+use std::process::Stdio;
 
 use fredlock_testkit::LocalNodes;
-use tokio::process::Command;
-
-/// The binary, with `nodes` as FREDLOCK_NODES and no other fredlock variable.
-fn fredlock(nodes: &[String]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fredlock"));
-    cmd.env("FREDLOCK_NODES", nodes.join(","))
-        .env_remove("FREDLOCK_PREFIX")
-        .env_remove("FREDLOCK_LABEL")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    cmd
-}
-
-async fn output(mut cmd: Command) -> Output {
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    tokio::time::timeout(Duration::from_secs(60), cmd.output())
-        .await
-        .expect("fredlock finished within 60 s")
-        .expect("fredlock ran")
-}
-
-fn code(out: &Output) -> i32 {
-    out.status.code().expect("an exit code")
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn unique(name: &str) -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::UNIX_EPOCH
-            .elapsed()
-            .map_or(0, |d| d.as_nanos()),
-    );
-    format!("cli-{name}-{:016x}", h.finish())
-}
-
-/// A scratch file path, removed on drop.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
+use support::*;
 
 /// Two "replicas" fire the same job one after the other, the second starting well within the
 /// first one's minimum hold: with `--hold-at-least` the job runs once; without it (the
 /// control), twice.
 async fn runs_of_a_job(nodes: &[String], hold: Option<&str>) -> (usize, Vec<i32>) {
     let name = unique("cron");
-    let file = Scratch(std::env::temp_dir().join(unique("cron-log")));
+    let dir = Scratch::new("cron");
+    let file = dir.file("runs.log");
     let mut codes = Vec::new();
     for _ in 0..2 {
         let mut cmd = fredlock(nodes);
@@ -74,10 +24,10 @@ async fn runs_of_a_job(nodes: &[String], hold: Option<&str>) -> (usize, Vec<i32>
         }
         cmd.arg(&name)
             .arg("--")
-            .args(["sh", "-c", &format!("echo ran >> '{}'", file.0.display())]);
+            .args(["sh", "-c", &format!("echo ran >> '{}'", file.display())]);
         codes.push(code(&output(cmd).await));
     }
-    let runs = std::fs::read_to_string(&file.0)
+    let runs = std::fs::read_to_string(&file)
         .unwrap_or_default()
         .lines()
         .count();

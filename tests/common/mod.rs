@@ -225,3 +225,36 @@ pub async fn gone_within(nodes: &LocalNodes, i: usize, key: &str, within: Durati
     })
     .await
 }
+
+/// Calls of `command` (as INFO names it: `eval`, `evalsha`, `publish`) node `i` served since it
+/// started or since its last CONFIG RESETSTAT (INFO commandstats).
+pub async fn command_calls(nodes: &LocalNodes, i: usize, command: &str) -> u64 {
+    let info = nodes
+        .command(i, &["INFO", "commandstats"])
+        .await
+        .expect("INFO commandstats");
+    let fredlock_testkit::RespValue::Bulk(Some(text)) = info else {
+        panic!("INFO commandstats: {info:?}");
+    };
+    let prefix = format!("cmdstat_{command}:calls=");
+    String::from_utf8_lossy(&text)
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Calls of `command` on every node (see [`command_calls`]).
+pub async fn calls_on_all(nodes: &LocalNodes, command: &str) -> u64 {
+    let mut total = 0;
+    for i in 0..nodes.len() {
+        total += command_calls(nodes, i, command).await;
+    }
+    total
+}
+
+/// Scripts node `i` ran: its EVALSHA and EVAL calls.
+pub async fn script_calls(nodes: &LocalNodes, i: usize) -> u64 {
+    command_calls(nodes, i, "evalsha").await + command_calls(nodes, i, "eval").await
+}

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::env::Env;
 use super::nodes::{settle, Nodes};
-use super::Episode;
+use super::schedule::Episode;
 use crate::checker::ViolationKind;
 use crate::RespValue;
 

@@ -3,12 +3,12 @@
 //! row 11 again on cluster nodes, where the process that restarts empty is one shard.
 //!
 //! Owns the controls' own small set-up (three fresh nodes or clusters, two clients, a data node)
-//! and their verdicts. Must not use the torture run's schedule, fault lanes or workers (only its
-//! data-node client and its node control): a control is a fixed script, so that its outcome says
-//! something about the checker alone.
+//! and their list, with the mode controls of `mode_controls.rs` (each judged by `verdict.rs`).
+//! Must not use the torture run's schedule, fault lanes or workers (only its data-node client
+//! and its node control): a control is a fixed script, so that its outcome says something about
+//! the checker alone.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::io;
 use std::time::Duration;
 
@@ -17,37 +17,16 @@ use fredlock::fred::prelude::{KeysInterface, Value};
 use fredlock::{Lock, Redlock, Retry};
 use tokio::time::Instant;
 
+use super::config::RESTART_MARGIN;
 use super::env::{data_client, data_key, io_err, serving_every_node};
 use super::nodes::Nodes;
 use super::schedule::ms;
-use super::RESTART_MARGIN;
+use super::verdict::{control, ControlResult};
 use crate::checker::{Checker, CheckerReport, DataValue, GrantId, GrantKind, ViolationKind};
 use crate::{LocalNodes, RespValue};
 
 /// Upper bound of one raw command of a control's set-up.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// One negative control's outcome.
-#[derive(Debug, Clone)]
-pub struct ControlResult {
-    /// What the scenario is.
-    pub name: &'static str,
-    /// The fault-matrix row.
-    pub row: &'static str,
-    /// Whether the checker must find a violation (otherwise it must find none).
-    pub expect_violation: bool,
-    /// The kind it must find at least once, when it must find one.
-    pub expected: Option<ViolationKind>,
-    /// Violations found.
-    pub violations: usize,
-    /// Their kinds.
-    pub kinds: Vec<ViolationKind>,
-    /// Whether the checker did what was expected (for an expected violation: at least one of
-    /// the expected kind was found).
-    pub pass: bool,
-    /// How the scenario went (placement of the locks), or why it could not run.
-    pub detail: String,
-}
 
 /// Two clients straight on three fresh nodes (or clusters), a data node, a checker.
 struct ControlEnv {
@@ -276,46 +255,6 @@ async fn control_row12() -> io::Result<(CheckerReport, String)> {
     let _ = lock_a.release().await;
     let detail = format!("A on [0, 1], key expired early on node 1, B on {at_b:?} while A valid");
     Ok((env.finish(r).await?, detail))
-}
-
-pub(super) async fn control(
-    name: &'static str,
-    row: &'static str,
-    expected: Option<ViolationKind>,
-    scenario: impl Future<Output = io::Result<(CheckerReport, String)>>,
-) -> ControlResult {
-    let expect_violation = expected.is_some();
-    match scenario.await {
-        Ok((report, detail)) => {
-            let mut kinds: Vec<ViolationKind> = report.violations.iter().map(|v| v.kind).collect();
-            kinds.sort();
-            kinds.dedup();
-            let pass = match expected {
-                Some(kind) => report.count(kind) >= 1,
-                None => report.violations.is_empty(),
-            };
-            ControlResult {
-                name,
-                row,
-                expect_violation,
-                expected,
-                violations: report.violations.len(),
-                kinds,
-                pass,
-                detail,
-            }
-        }
-        Err(e) => ControlResult {
-            name,
-            row,
-            expect_violation,
-            expected,
-            violations: 0,
-            kinds: Vec::new(),
-            pass: false,
-            detail: format!("could not run: {e}"),
-        },
-    }
 }
 
 /// The negative controls: deterministic scenarios outside Redlock's assumptions where the

@@ -117,7 +117,7 @@ fn set_all(proxies: &[FaultProxy], fault: Fault) {
 /// Ends a swallowing fault the way the torture run does: a short reset, then pass.
 async fn heal(proxies: &[FaultProxy]) {
     set_all(proxies, Fault::Reset);
-    tokio::time::sleep(super::RESET_HOLD).await;
+    tokio::time::sleep(super::config::RESET_HOLD).await;
     set_all(proxies, Fault::Pass);
 }
 

@@ -18,11 +18,11 @@ use fredlock::{Redlock, Retry};
 use tokio::sync::{Mutex, MutexGuard, RwLock};
 use tokio::time::Instant;
 
-use super::faults::Board;
+use super::board::Board;
+use super::config::{TortureConfig, FOREIGN_VALUE};
 use super::nodes::{settle, Nodes};
+use super::resources::{fenced_resource, register_keys, FENCED_RESOURCES, SEMAPHORES};
 use super::schedule::ms;
-use super::worker::{fenced_resource, register_keys, FENCED_RESOURCES, SEMAPHORES};
-use super::{TortureConfig, FOREIGN_VALUE};
 use crate::checker::{Checker, ViolationKind};
 use crate::FaultProxy;
 

@@ -3,25 +3,26 @@
 //! proxies (partitions, held or dropped replies, latency, resets), with the outages they imply
 //! recorded for the checker; the cluster-only faults are handed to `cluster_faults.rs`.
 //!
-//! Owns the [`Board`] of proxy faults, the lanes' tasks and the application of each [`Episode`].
+//! Owns the lanes' tasks and the application of each [`Episode`] (through the proxies'
+//! [`Board`](super::board::Board)).
 //! Must not decide what to inject or when (that is the seeded `schedule.rs`) nor check anything
 //! beyond reporting engine failures and outages to the checker.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::cluster_faults;
+use super::config::RESET_HOLD;
 use super::env::Env;
+use super::fault_kind::FaultKind;
 use super::nodes::settle;
-use super::schedule::{ms, Hold};
-use super::{Episode, FaultKind, TortureConfig, RESET_HOLD};
+use super::schedule::{ms, Episode, Hold};
 use crate::checker::{Checker, ViolationKind};
-use crate::{Fault, FaultProxy};
+use crate::Fault;
 
 /// What one lane did: each episode's kind and how long it took; and how many of its episodes it
 /// skipped.
@@ -38,68 +39,6 @@ pub(super) struct LaneLog {
 pub(super) struct Injected {
     pub(super) faults: BTreeMap<FaultKind, (u64, Duration)>,
     pub(super) skipped: usize,
-}
-
-/// Each client's proxies have two fault layers: the node lane's (a partition of every client)
-/// wins over the client lanes' (one client's link). Each layer ends its swallowing faults with a
-/// reset, so the effective fault does too. On cluster nodes there are no proxies: the board
-/// only keeps the link epochs, which connection kills bump.
-pub(super) struct Board {
-    /// Per client and node; empty on cluster nodes.
-    proxies: Vec<Vec<FaultProxy>>,
-    layers: Mutex<Vec<Vec<[Fault; 2]>>>,
-    /// Per client and node, bumped whenever that proxy's effective fault changes.
-    epochs: Vec<Vec<AtomicU64>>,
-}
-
-impl Board {
-    /// Every client's proxies, all passing (none on cluster nodes).
-    pub(super) fn new(config: &TortureConfig, proxies: Vec<Vec<FaultProxy>>) -> Board {
-        Board {
-            layers: Mutex::new(vec![vec![[Fault::Pass; 2]; config.nodes]; config.clients]),
-            epochs: (0..config.clients)
-                .map(|_| (0..config.nodes).map(|_| AtomicU64::new(0)).collect())
-                .collect(),
-            proxies,
-        }
-    }
-
-    pub(super) fn set(&self, layer: usize, clients: &[usize], nodes: &[usize], fault: Fault) {
-        let mut layers = self.layers.lock().unwrap_or_else(|p| p.into_inner());
-        for &c in clients {
-            for &n in nodes {
-                let l = &mut layers[c][n];
-                l[layer] = fault;
-                let effective = if l[0] != Fault::Pass { l[0] } else { l[1] };
-                let Some(proxy) = self.proxies.get(c).and_then(|mine| mine.get(n)) else {
-                    continue;
-                };
-                if proxy.fault() != effective {
-                    self.epochs[c][n].fetch_add(1, Ordering::SeqCst);
-                }
-                proxy.set(effective);
-            }
-        }
-    }
-
-    /// Every client's link to `nodes` was (or is about to be) reset by the node itself.
-    pub(super) fn bump_links(&self, nodes: &[usize]) {
-        for mine in &self.epochs {
-            for &n in nodes {
-                if let Some(e) = mine.get(n) {
-                    e.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-        }
-    }
-
-    /// One client's proxy epochs, by node.
-    pub(super) fn epochs(&self, client: usize) -> Vec<u64> {
-        self.epochs[client]
-            .iter()
-            .map(|e| e.load(Ordering::SeqCst))
-            .collect()
-    }
 }
 
 /// Runs each lane of the schedule in a task of its own, from `start`.

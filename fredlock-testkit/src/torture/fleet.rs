@@ -31,9 +31,10 @@ use std::collections::BTreeMap;
 use std::io;
 use std::time::Duration;
 
-use fredlock::{Redlock, Retry};
+use fredlock::Redlock;
 use tokio::time::Instant;
 
+use super::config::FLEET_RETRY;
 use super::env::io_err;
 use crate::strawman::HerdLock;
 use crate::LocalNodes;
@@ -54,13 +55,6 @@ pub const WAIT_FACTOR: f64 = 50.0;
 pub const OUTAGE_GAP: Duration = Duration::from_millis(100);
 /// How long the floor client calibrates, alone, before the run.
 pub const CALIBRATION: Duration = Duration::from_secs(1);
-/// The retry of fleet clients: waits of up to about 4.5 s at 5 ms + up to 5 ms of jitter.
-pub const FLEET_RETRY: Retry = Retry {
-    attempts: 600,
-    delay: Duration::from_millis(5),
-    jitter: Duration::from_millis(5),
-};
-
 /// Liveness counters of the hot resources, summed over the clients.
 #[derive(Debug, Clone, Default)]
 pub struct Live {

@@ -15,9 +15,9 @@ use fredlock::fred::clients::Client;
 use fredlock::{Lock, Redlock, Retry};
 use tokio::time::Instant;
 
-use super::controls::{control, ControlResult};
 use super::env::io_err;
 use super::schedule::ms;
+use super::verdict::{control, ControlResult};
 use crate::checker::{Checker, CheckerReport, GrantKind, GrantRecord, ViolationKind};
 use crate::strawman::{NaiveFencing, NaiveRwLock, NaiveSemaphore};
 use crate::{FaultProxy, LocalNodes};

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::RwLock;
 use tokio::time::Instant;
 
-use super::TortureConfig;
+use super::config::TortureConfig;
 use crate::server::unexpected;
 use crate::{LocalCluster, LocalNodes, RespValue};
 

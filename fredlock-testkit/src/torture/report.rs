@@ -9,8 +9,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::controls::ControlResult;
-use super::{FaultKind, Stats, TortureConfig};
+use super::config::TortureConfig;
+use super::fault_kind::FaultKind;
+use super::fleet::{Liveness, LivenessControl};
+use super::stats::Stats;
+use super::verdict::ControlResult;
 use crate::checker::{CheckerReport, NoteKind, ViolationKind};
 
 /// Everything one run produced.
@@ -40,7 +43,7 @@ pub struct Report {
     /// ANY timer of this process could fire (the yardstick for the lost-signal lateness).
     pub timer_lateness: Duration,
     /// Fleet mode: the liveness rows' verdict (see [`Liveness`](super::Liveness)).
-    pub liveness: Option<super::Liveness>,
+    pub liveness: Option<Liveness>,
 }
 
 impl Report {
@@ -349,7 +352,7 @@ fn liveness_rows(t: &mut Table) {
 
 /// The liveness controls' table: each contender, its rows and whether the verdict is the one
 /// expected.
-pub fn liveness_markdown(controls: &[super::LivenessControl]) -> String {
+pub fn liveness_markdown(controls: &[LivenessControl]) -> String {
     let mut out = String::from(
         "\n| liveness control | acquisitions/s per hot resource | longest wait | verdict | expected | result |\n|---|---|---|---|---|---|\n",
     );

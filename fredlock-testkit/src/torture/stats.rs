@@ -90,7 +90,7 @@ pub struct Stats {
     /// Client time by operation kind (think time included), split by whether it got a grant.
     pub op_time: BTreeMap<(&'static str, bool), Duration>,
     /// Fleet mode: the hot resources' grants and waits (see [`Liveness`](super::Liveness)).
-    pub live: super::Live,
+    pub live: super::fleet::Live,
 }
 
 impl Stats {

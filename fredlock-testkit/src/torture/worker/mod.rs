@@ -19,9 +19,10 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::config::TortureConfig;
 use super::env::{data_client, ClientRedlocks, Env};
 use super::schedule::{pick_weighted, rand_dur, stream};
-use super::{Stats, TortureConfig};
+use super::stats::Stats;
 use crate::checker::{Checker, GrantId, ViolationKind};
 
 mod cleanup;
@@ -32,8 +33,6 @@ mod ops;
 mod section;
 mod stale;
 mod takeover;
-
-pub(super) use modes::{fenced_resource, register_keys, FENCED_RESOURCES, SEMAPHORES};
 
 /// Steps of a keep-alive or `with_lock` section at most.
 const MAX_STEPS: usize = 6;

@@ -9,14 +9,10 @@ use fredlock::fred::prelude::LuaInterface;
 use fredlock::Error;
 use tokio::time::Instant;
 
+use super::super::resources::{fenced_resource, register_keys, SEMAPHORES};
 use super::section::section_guard;
 use super::{Op, Worker};
 use crate::checker::{GrantKind, ViolationKind};
-
-/// The run's semaphores: name and permits. Every client uses the same ones.
-pub(in super::super) const SEMAPHORES: [(&str, usize); 2] = [("sem:0", 2), ("sem:1", 3)];
-/// Resources taken with fencing tokens (fencing mode only).
-pub(in super::super) const FENCED_RESOURCES: usize = 3;
 
 /// A fenced register: accepts ARGV[1] only if it is larger than the stored token, and logs
 /// every accepted token (KEYS[2]) so the checker can verify the order afterwards. 1 accepted,
@@ -31,19 +27,6 @@ if token > current then
 end
 return 0
 "#;
-
-/// The register's key and its log's key for a fenced resource.
-pub(in super::super) fn register_keys(resource: &str) -> (String, String) {
-    (
-        format!("fenced-register:{resource}"),
-        format!("fenced-register:{resource}:log"),
-    )
-}
-
-/// The name of fenced resource `i`.
-pub(in super::super) fn fenced_resource(i: usize) -> String {
-    format!("fenced:{}", i % FENCED_RESOURCES)
-}
 
 impl Worker {
     /// A permit of one of the run's semaphores, held in steps while it has validity left, then

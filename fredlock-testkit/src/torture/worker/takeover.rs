@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::super::env::{same, Env};
 use super::super::schedule::ms;
-use super::super::Stats;
+use super::super::stats::Stats;
 use super::{Op, Worker};
 use crate::checker::{Checker, GrantKind, ViolationKind};
 
