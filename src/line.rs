@@ -160,6 +160,20 @@ impl Line {
         }
     }
 
+    /// Whether `member` is one of this Redlock's waiters still waiting (its acquire has not
+    /// returned, given up or been dropped). A late clean-up of one of its attempts (a release
+    /// retried in the background) must not put a member that left back in line: nobody would
+    /// take that turn, and the gate would refuse everyone else until the place's lease ran out.
+    pub(crate) fn waits(&self, member: &str) -> bool {
+        let Some((instance, seq)) = member.split_once(':') else {
+            return false;
+        };
+        instance == self.instance
+            && seq
+                .parse::<u64>()
+                .is_ok_and(|seq| self.lock().waiters.contains_key(&seq))
+    }
+
     fn wake_seq(&self, seq: u64) {
         let slot = self.lock().waiters.get(&seq).cloned();
         if let Some(s) = slot {

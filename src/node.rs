@@ -1012,8 +1012,10 @@ impl Node {
         let wake = line.wake.load(std::sync::atomic::Ordering::Acquire);
         let mode = match (&line.member, wake) {
             (_, true) => "w",
-            (Some(member), false) => member,
-            (None, false) => "q",
+            // Back at the front only while the waiter still waits (not a late retry after it
+            // left the line).
+            (Some(member), false) if line.local.waits(member) => member,
+            (_, false) => "q",
         };
         let mut args = Vec::with_capacity(held.keys.len() + 8);
         args.push(Value::from(scripts.gate_release.body));

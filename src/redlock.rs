@@ -14,7 +14,7 @@ use tokio::time::Instant;
 pub(crate) use crate::background::spawn_release;
 use crate::background::{self, Background, CleanupGuard, Releaser};
 use crate::error::{Error, InvalidInput, Names, NotHeldReason, Result, Round, Vote, Votes};
-use crate::line::Line;
+use crate::line::{Line, LEASE};
 use crate::node::{Acquired, Extension, Held, LineRef, Node, Queue};
 use crate::quorum::{
     self, each_known, fan_out, fan_out_handed, item_votes, quorum_known, votes, AsVote, Late,
@@ -714,8 +714,10 @@ impl Inner {
     /// Leaves line `line_key` on `gate` in the background (a waiter that gave up or was
     /// cancelled), waking the next head when the leaver was the head and a key is free; with no
     /// member, only that wake-up (a lock broken by force).
+    /// A leave that fails (the gate frozen, restarting, loading) is retried while the place
+    /// could still be there, see [`background::retry_leave`].
     pub(crate) fn leave_line(
-        &self,
+        self: &Arc<Self>,
         gate: usize,
         keys: Vec<String>,
         line_key: String,
@@ -725,12 +727,18 @@ impl Inner {
             return;
         };
         let node = self.nodes[gate].clone();
-        let line = self.line.clone();
-        let spec = Arc::new((line_key, member, line.prefix().to_string()));
+        let inner = self.clone();
+        let spec = Arc::new((line_key, member, self.line.prefix().to_string()));
+        let keys = Arc::new(keys);
         let timeout = self.release_timeout();
+        // The place ends with its lease, renewed at the latest by the attempt that just ended.
+        let until = Instant::now()
+            .checked_add(LEASE)
+            .unwrap_or_else(Instant::now);
         rt.spawn(async move {
-            if let Ok(Some(woken)) = node.leave_line(Arc::new(keys), spec, timeout).await {
-                line.woke(&woken);
+            let leave = || node.clone().leave_line(keys.clone(), spec.clone(), timeout);
+            if let Some(Some(woken)) = background::retry_leave(&*inner, until, leave).await {
+                inner.line.woke(&woken);
             }
         });
     }

@@ -129,8 +129,14 @@ async fn a_dropped_lock_and_with_lock_keep_the_minimum_too() {
         .await
         .expect("with_lock");
     assert_eq!(ran, 7);
+    // The release returns once a quorum shortened the keys; the last node's lands after it.
     for i in 0..3 {
+        let shortened = eventually(10 * SECOND, || async {
+            let left = pttl(&env.redlock, i, &key).await;
+            left > 0 && left <= 30_000
+        })
+        .await;
         let left = pttl(&env.redlock, i, &key).await;
-        assert!(left > 0 && left <= 30_000, "node {i}: PTTL {left}");
+        assert!(shortened, "node {i}: PTTL {left}");
     }
 }

@@ -519,7 +519,8 @@ impl LocalNodes {
 
     /// Opens a TLS port on node `i` (beside its plain port) with the PEM certificate and key in
     /// `cert` and `key`, clients not asked for certificates; returns the TLS port. The node's
-    /// plain port keeps working (the tests' own commands use it).
+    /// plain port keeps working (the tests' own commands use it). The server must be built with
+    /// TLS: the valkey-server `make valkey-server` fetches is not (and crashes on it).
     pub async fn enable_tls(&self, i: usize, cert: &Path, key: &Path) -> io::Result<u16> {
         let port = pick_free_ports(1)?[0];
         let text = |p: &Path| {

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use fredlock_testkit::{
-    from_env_or_start, resp_command, Blackhole, Fault, FaultProxy, LocalNodes, RespValue,
+    from_env_or_start, resp_command, Blackhole, Fault, FaultProxy, LocalNodes, RespValue, Server,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -361,6 +361,7 @@ fn missing_binary_error_says_how_to_install() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["missing_binary_child", "--exact", "--nocapture"])
         .env("FREDLOCK_REDIS_SERVER", "/nonexistent/redis-server")
+        .env("FREDLOCK_VALKEY_SERVER", "/nonexistent/valkey-server")
         .env("FREDLOCK_TESTKIT_CHILD", "1")
         .output()
         .unwrap();
@@ -377,15 +378,17 @@ async fn missing_binary_child() {
     if std::env::var_os("FREDLOCK_TESTKIT_CHILD").is_none() {
         return; // Only meaningful when run by the test above.
     }
+    // On the server `FREDLOCK_SERVER` names (the matrix runs this on both), each with its hint.
+    let hint = match Server::from_env().unwrap() {
+        Server::Redis => {
+            "install it with `apt-get install -y redis-server` (Debian/Ubuntu) or `brew install redis`"
+        }
+        Server::Valkey => "run `make valkey-server`",
+    };
     let err = LocalNodes::start(1).await.unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::NotFound);
     let msg = err.to_string();
-    assert!(
-        msg.contains(
-            "install it with `apt-get install -y redis-server` (Debian/Ubuntu) or `brew install redis`"
-        ),
-        "{msg}"
-    );
+    assert!(msg.contains(hint), "{msg}");
 }
 
 #[tokio::test]
