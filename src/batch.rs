@@ -315,11 +315,12 @@ impl Drop for Batch {
     }
 }
 
-/// One operation in its plain form: the typed `SET` (fred batches those into one write) or the
-/// release script with `EVAL`, with fredlock's options.
+/// One operation in its plain form, with fredlock's options: the typed `SET` (fred batches
+/// those into one write), or the release: the node's native compare-and-delete when it has one
+/// (`native`), else the release script (see [`release_script`]).
 async fn send_one(
     client: &Client,
-    state: &State,
+    state: &Arc<State>,
     held: &Held,
     kind: Kind,
     timeout: Duration,
@@ -327,10 +328,10 @@ async fn send_one(
     let Some(key) = held.keys.first() else {
         return Ok(Value::Integer(0));
     };
-    let client = client.with_options(&options(timeout));
-    let reply = match kind {
+    match kind {
         Kind::Acquire { ttl_ms } => {
-            let set = client.set::<Value, _, _>(
+            let with = client.with_options(&options(timeout));
+            let set = with.set::<Value, _, _>(
                 key.as_str(),
                 held.value.as_str(),
                 Some(Expiration::PX(ttl_ms as i64)),
@@ -338,21 +339,119 @@ async fn send_one(
                 false,
             );
             // Boxed: fred's command futures are ~5 KB (see `node`).
-            Box::pin(set).await
+            Box::pin(set).await.map_err(|e| state.error(&e))
         }
         Kind::Release => {
-            let script = &Scripts::get().release;
-            let args = vec![
-                Value::from(script.body),
-                Value::Integer(1),
-                Value::from(key.as_str()),
-                Value::from(held.value.as_str()),
-            ];
-            let eval = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
-            Box::pin(client.custom::<Value, Value>(eval, args)).await
+            let native = crate::native::release(client, state, key, &held.value, timeout);
+            match Box::pin(native).await {
+                Some(reply) => reply,
+                None => match state.caps.no_script() {
+                    // Nothing of ours can be here: acquires send nothing to such a node.
+                    Some(message) => Err(NodeError {
+                        node: state.name.clone(),
+                        kind: NodeErrorKind::Permission,
+                        message,
+                    }),
+                    None => release_script(client, state, held, key, timeout).await,
+                },
+            }
         }
+    }
+}
+
+/// The release script for one key. With a token of ours: EVALSHA, and on `NOSCRIPT` (a
+/// flushed script cache) EVAL at once; the server caches the script from then on. A caller
+/// that stops waiting after the EVALSHA was handed to fred leaves the rest to a task (see
+/// [`Finish`]), so a `NOSCRIPT` answer is never left without its resend. Resent late, a release
+/// still deletes only its own token, which no later command of ours stores (tokens are fresh per
+/// attempt). With a caller's token (repeated across attempts) always EVAL: a late resend could
+/// delete the next attempt's key.
+async fn release_script(
+    client: &Client,
+    state: &Arc<State>,
+    held: &Held,
+    key: &str,
+    timeout: Duration,
+) -> Result<Value, NodeError> {
+    let script = &Scripts::get().release;
+    let args = |first: &str| {
+        vec![
+            Value::from(first),
+            Value::Integer(1),
+            Value::from(key),
+            Value::from(held.value.as_str()),
+        ]
     };
-    reply.map_err(|e| state.error(&e))
+    if held.custom {
+        let cmd = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
+        let with = client.with_options(&options(timeout));
+        let call = with.custom::<Value, Value>(cmd, args(script.body));
+        return Box::pin(call).await.map_err(|e| state.error(&e));
+    }
+    let (client, state) = (client.clone(), state.clone());
+    let (sha, body) = (args(&script.sha), args(script.body));
+    Finish::new(async move {
+        let with = client.with_options(&options(timeout));
+        let cmd = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
+        match Box::pin(with.custom::<Value, Value>(cmd, sha)).await {
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                tracing::debug!(node = %state.name, "NOSCRIPT: resending the release with EVAL");
+                let cmd = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
+                let call = with.custom::<Value, Value>(cmd, body);
+                Box::pin(call).await.map_err(|e| state.error(&e))
+            }
+            other => other.map_err(|e| state.error(&e)),
+        }
+    })
+    .await
+}
+
+type Boxed = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, NodeError>> + Send>>;
+
+/// A release that, once handed to fred (polled once), runs to its end even if its caller
+/// stops waiting: dropped half-way, the rest (waiting for the answer, and the EVAL after a
+/// `NOSCRIPT`) moves to a task. Dropped before its first poll, nothing was sent, and nothing is.
+struct Finish {
+    work: Option<Boxed>,
+    polled: bool,
+}
+
+impl Finish {
+    fn new(
+        work: impl std::future::Future<Output = Result<Value, NodeError>> + Send + 'static,
+    ) -> Finish {
+        Finish {
+            work: Some(Box::pin(work)),
+            polled: false,
+        }
+    }
+}
+
+impl std::future::Future for Finish {
+    type Output = Result<Value, NodeError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        self.polled = true;
+        let Some(work) = self.work.as_mut() else {
+            return std::task::Poll::Pending;
+        };
+        let out = std::task::ready!(work.as_mut().poll(cx));
+        self.work = None;
+        std::task::Poll::Ready(out)
+    }
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        if let (true, Some(work)) = (self.polled, self.work.take()) {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(work);
+            }
+        }
+    }
 }
 
 /// Marks the batcher as gone when its task ends, however it ends (the node closed, or the
@@ -412,7 +511,7 @@ async fn batcher(client: Client, state: Arc<State>, shared: Arc<Shared>) {
 
 /// Sends `ops` as one call and answers each. Operations whose deadline passed are answered
 /// with a timeout and not sent.
-async fn send_batch(client: &Client, state: &State, shared: &Arc<Shared>, ops: Vec<Op>) {
+async fn send_batch(client: &Client, state: &Arc<State>, shared: &Arc<Shared>, ops: Vec<Op>) {
     let now = Instant::now();
     // A release nobody waits for is sent late rather than not at all (it deletes only its own
     // token, and its SET was sent before it).
@@ -442,9 +541,15 @@ async fn send_batch(client: &Client, state: &State, shared: &Arc<Shared>, ops: V
                 .max(Duration::from_millis(1))
         });
     let mut orphans = Vec::new();
-    if live.len() == 1 {
-        if let Some(op) = live.into_iter().next() {
-            let reply = send_one(client, state, &op.held, op.kind, timeout).await;
+    // One operation, or a user who may not run scripts: each in its plain form (written
+    // together, in queue order, on the node's one connection).
+    if live.len() == 1 || state.caps.scripts() == crate::caps::Scripts::Denied {
+        let replies = futures::future::join_all(
+            live.iter()
+                .map(|op| send_one(client, state, &op.held, op.kind, timeout)),
+        )
+        .await;
+        for (op, reply) in live.into_iter().zip(replies) {
             answer(op, reply, &mut orphans);
         }
         resend(client, shared, orphans);

@@ -327,6 +327,9 @@ impl Builder {
             }
         }
         let q = quorum::quorum(nodes.len());
+        if let Some(e) = no_lock(&nodes, q) {
+            return Err(e);
+        }
         let down: Vec<NodeError> = nodes
             .iter()
             .filter(|n| n.state.counts().is_err())
@@ -370,6 +373,30 @@ impl Builder {
             wake,
         }))
     }
+}
+
+/// The nodes where no lock can ever be granted (this user may not run scripts, and the server
+/// has no native compare-and-delete: a key set there could be neither released nor extended),
+/// each logged at WARN; [`Error::NotPermitted`] when they leave fewer than a quorum.
+fn no_lock(nodes: &[Arc<Node>], quorum: usize) -> Option<Error> {
+    let failures: Vec<NodeError> = nodes
+        .iter()
+        .filter_map(|n| {
+            let message = n.state.caps.no_lock()?;
+            tracing::warn!(node = %n.name, "fredlock: no lock can be taken on this node: {message}");
+            Some(NodeError {
+                node: n.name.clone(),
+                kind: NodeErrorKind::Permission,
+                message,
+            })
+        })
+        .collect();
+    (nodes.len() - failures.len() < quorum).then(|| Error::NotPermitted {
+        subject: "every lock".into(),
+        nodes: nodes.len(),
+        quorum,
+        failures,
+    })
 }
 
 fn duplicate(first: usize, a: &Node, second: usize, b: &Node, how: String) -> Error {

@@ -91,6 +91,7 @@
 
 mod background;
 mod batch;
+mod caps;
 mod cluster;
 pub mod config;
 mod connection;
@@ -105,6 +106,7 @@ mod lease;
 mod line;
 mod lock;
 mod metrics;
+mod native;
 mod node;
 mod observe;
 mod owner;

@@ -672,6 +672,13 @@ impl Redlock {
                 Err(Failure::Rejected(e)) => return Err(e.into()),
                 Err(failure) => failure,
             };
+            // Refused (NOPERM) by so many nodes that no retry can succeed: say so at once.
+            if let Failure::Unavailable(votes) = &failure {
+                let subject = || format!("lock {}", Names(resources.to_vec()));
+                if let Some(e) = crate::error::not_permitted(subject(), votes, self.quorum()) {
+                    return Err(e);
+                }
+            }
             tracing::trace!(attempt = attempts, "attempt failed");
             let queue = match &failure {
                 Failure::Queued(_, q) if q.rank >= 0 => Some(*q),

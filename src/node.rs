@@ -123,9 +123,9 @@ impl Held {
     }
 }
 
-/// The server refused a script to this user (`NOPERM ... 'eval'`).
+/// The server refused a script to this user (`NOPERM ... 'eval'`), or it was known to.
 fn scripts_denied(e: &NodeError) -> bool {
-    e.kind == NodeErrorKind::Server && e.message.contains("NOPERM") && e.message.contains("eval")
+    e.kind == NodeErrorKind::Permission
 }
 
 /// The gate scripts' arguments after a semaphore's own: member, lease, channel prefix.
@@ -331,13 +331,40 @@ impl Node {
         timeout: Duration,
         args: impl Fn(&str) -> Vec<Value>,
     ) -> Result<Value, NodeError> {
-        if script.always_eval {
-            return self.call("EVAL", 2, args(script.body), timeout).await;
+        if let Some(e) = self.scripts_refused() {
+            return Err(e);
         }
-        match self.call("EVALSHA", 2, args(&script.sha), timeout).await {
+        if script.always_eval {
+            let reply = self.call("EVAL", 2, args(script.body), timeout).await;
+            return self.scripted(reply);
+        }
+        let reply = match self.call("EVALSHA", 2, args(&script.sha), timeout).await {
             Err(e) if e.kind == NodeErrorKind::Server && e.message.contains("NOSCRIPT") => {
                 tracing::debug!(node = %self.name, "NOSCRIPT: resending the script with EVAL");
                 self.call("EVAL", 2, args(script.body), timeout).await
+            }
+            other => other,
+        };
+        self.scripted(reply)
+    }
+
+    /// Why no script may be sent to this node (its user may not run scripts), as the error
+    /// every script call then answers at once, without sending anything.
+    fn scripts_refused(&self) -> Option<NodeError> {
+        self.state.caps.no_script().map(|message| NodeError {
+            node: self.name.clone(),
+            kind: NodeErrorKind::Permission,
+            message,
+        })
+    }
+
+    /// A script's reply: a `NOPERM` for the script command itself marks scripts denied here
+    /// (learnt at run time, e.g. after an ACL change) and says what to do.
+    fn scripted(&self, reply: Result<Value, NodeError>) -> Result<Value, NodeError> {
+        match reply {
+            Err(e) if e.kind == NodeErrorKind::Permission && e.message.contains("to run the") => {
+                self.state.caps.deny_scripts(&e.message);
+                Err(self.scripts_refused().unwrap_or(e))
             }
             other => other,
         }
@@ -415,6 +442,15 @@ impl Node {
         // vote: nothing is sent, so nothing needs cleaning up there.
         if let Err(e) = self.state.counts() {
             return Acquired::plain(Vote::Failed(e));
+        }
+        // Neither scripts nor a native compare-and-delete: a key set here could never be
+        // released nor extended, so nothing is set.
+        if let Some(message) = self.state.caps.no_lock() {
+            return Acquired::plain(Vote::Failed(NodeError {
+                node: self.name.clone(),
+                kind: NodeErrorKind::Permission,
+                message,
+            }));
         }
         if let Some(line) = self.gated(&held.line) {
             let _running = self.inflight(&held.value);
@@ -702,9 +738,26 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
     ) -> Vote {
+        if let Some(vote) = self.extend_native(&held, ttl_ms, timeout).await {
+            return vote;
+        }
         let scripts = crate::scripts::Scripts::get();
         self.ttl_script(&scripts.extend, held, ttl_ms, timeout)
             .await
+    }
+
+    /// A one-key lock's extension with `SET ... IFEQ` (see `native`) on a single server that
+    /// has it; `None` where the script does it.
+    async fn extend_native(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Option<Vote> {
+        let (Backend::Server(client), [key]) = (&self.backend, held.keys.as_slice()) else {
+            return None;
+        };
+        if let Err(e) = self.state.counts() {
+            return Some(Vote::Failed(e));
+        }
+        let reply =
+            crate::native::extend(client, &self.state, key, &held.value, ttl_ms, timeout).await?;
+        Some(reply::set_nx(&self.name, reply))
     }
 
     /// Lowers the TTL of every key to `ttl_ms` if all still hold our token (a key already
@@ -791,6 +844,9 @@ impl Node {
         if let Err(e) = self.state.counts() {
             return vec![Vote::Failed(e); batch.len()];
         }
+        if let Some(votes) = self.extend_many_native(&batch, timeout).await {
+            return votes;
+        }
         // One script per TTL (and, on a cluster, per hash slot); a lock's keys may span slots.
         let mut groups: Vec<(u64, Vec<Part>)> = Vec::new();
         let mut index: std::collections::HashMap<(u64, u16), usize> = Default::default();
@@ -838,6 +894,34 @@ impl Node {
                 false => all(votes),
             })
             .collect()
+    }
+
+    /// On a single server with `SET ... IFEQ` and only one-key locks in `batch`: one command
+    /// per lock, written together (see `native`); `None` where the batched script does it.
+    async fn extend_many_native(
+        &self,
+        batch: &[Extension],
+        timeout: Duration,
+    ) -> Option<Vec<Vote>> {
+        let Backend::Server(client) = &self.backend else {
+            return None;
+        };
+        if self.state.caps.native() == crate::caps::Native::None
+            || batch.iter().any(|x| x.held.keys.len() != 1)
+        {
+            return None;
+        }
+        let calls = batch.iter().map(|x| async move {
+            let key = x.held.keys.first().map_or("", String::as_str);
+            let state = &self.state;
+            match crate::native::extend(client, state, key, &x.held.value, x.ttl_ms, timeout).await
+            {
+                Some(reply) => reply::set_nx(&self.name, reply),
+                // The node went back to scripts meanwhile (an unknown command): not extended.
+                None => Vote::Failed(self.unexpected("native extension")),
+            }
+        });
+        Some(futures::future::join_all(calls).await)
     }
 
     /// One batched extend script over `parts` of `batch`, all with `ttl_ms`: one vote per part.
@@ -1012,8 +1096,14 @@ impl Node {
         args.push(Value::Integer(crate::line::LEASE.as_millis() as i64));
         args.push(Value::from(line.local.prefix()));
         args.push(Value::from(format!("{:08x}", rand::random::<u32>())));
+        if let Some(e) = self.scripts_refused() {
+            return Err(e);
+        }
         match &self.backend {
-            Backend::Server(_) => self.call("EVAL", 2, args, timeout).await,
+            Backend::Server(_) => {
+                let reply = self.call("EVAL", 2, args, timeout).await;
+                self.scripted(reply)
+            }
             Backend::Cluster(shards) => {
                 let Some(first) = held.keys.first() else {
                     return Ok(Value::Array(vec![Value::Integer(0), Value::from("")]));
@@ -1071,6 +1161,20 @@ impl Node {
         key: String,
         timeout: Duration,
     ) -> Result<Option<(String, i64)>, NodeError> {
+        // Where scripts are denied but plain locks work: GET and PTTL (see `native`).
+        if let (Backend::Server(client), true, None) = (
+            &self.backend,
+            self.state.caps.scripts() == crate::caps::Scripts::Denied,
+            self.state.caps.no_lock(),
+        ) {
+            if let Err(e) = self.state.counts() {
+                if e.kind == NodeErrorKind::Duplicate {
+                    return Err(e);
+                }
+            }
+            let reply = crate::native::inspect(client, &self.state, &key, timeout).await;
+            return reply::holder(&self.name, reply);
+        }
         // INSPECT takes no ARGV, but `script` always appends the value; Redis ignores it.
         let scripts = crate::scripts::Scripts::get();
         self.holder_script(&scripts.inspect, key, None, timeout)

@@ -89,6 +89,8 @@ struct NodeReport {
     url_index: usize,
     node: String,
     error: Option<String>,
+    /// The error was the node's answer (`NOPERM`, ...): it is up, but not usable for locks.
+    answered: bool,
     duplicate_of: Option<usize>,
     rtt: Option<Duration>,
     version: Option<String>,
@@ -163,6 +165,10 @@ pub async fn health(
     let (redlock, kept, duplicates) = match build(urls, prefix, timeout).await {
         Ok(b) => b,
         Err(Error::Connect { failures, .. }) => return refused(urls.len(), &failures, json_out),
+        // Too many nodes can grant no lock to this user (no scripts, no DELIFEQ).
+        Err(Error::NotPermitted { failures, .. }) => {
+            return refused(urls.len(), &failures, json_out)
+        }
         Err(e) => return crate::fail(&e),
     };
     let configured = urls.len();
@@ -189,6 +195,7 @@ pub async fn health(
         if let Ok(seen) = &probe {
             if let Some(Err(e)) = seen.nodes.get(pos).map(|n| &n.state) {
                 report.error = Some(format!("{}: {}", e.kind, e.message));
+                report.answered = e.kind.answered();
                 continue;
             }
         }
@@ -337,6 +344,7 @@ fn node_json(r: &NodeReport) -> Json {
         "node": r.node,
         "reachable": r.reachable(),
         "error": r.error,
+        "answered": r.answered,
         "duplicate_of": r.duplicate_of,
         "rtt_ms": r.rtt.map(|d| d.as_secs_f64() * 1000.0),
         "version": r.version,
@@ -357,7 +365,11 @@ fn print_node(r: &NodeReport) {
     let head = if let Some(first) = r.duplicate_of {
         format!("DUPLICATE of node {first}")
     } else if let Some(e) = &r.error {
-        format!("DOWN: {e}")
+        match r.answered {
+            // Up, but its answer rules it out (a NOPERM): never worded as down.
+            true => format!("UNUSABLE (it answered): {e}"),
+            false => format!("DOWN: {e}"),
+        }
     } else {
         let persistence = match (r.aof, r.save.as_deref()) {
             (Some(true), _) => format!(
@@ -394,7 +406,7 @@ fn refused(configured: usize, failures: &[fredlock::NodeError], json_out: bool) 
     if json_out {
         let nodes: Vec<Json> = failures
             .iter()
-            .map(|e| json!({"node": e.node, "reachable": false, "error": format!("{}: {}", e.kind, e.message)}))
+            .map(|e| json!({"node": e.node, "reachable": false, "answered": e.kind.answered(), "error": format!("{}: {}", e.kind, e.message)}))
             .collect();
         println!(
             "{}",
@@ -402,7 +414,12 @@ fn refused(configured: usize, failures: &[fredlock::NodeError], json_out: bool) 
         );
     } else {
         for e in failures {
-            println!("node {}: DOWN: {}: {}", e.node, e.kind, e.message);
+            let head = if e.kind.answered() {
+                "UNUSABLE (it answered)"
+            } else {
+                "DOWN"
+            };
+            println!("node {}: {head}: {}: {}", e.node, e.kind, e.message);
         }
         println!(
             "no-quorum: {reachable} of {configured} configured nodes usable, {quorum} needed for a quorum"
