@@ -9,12 +9,15 @@
 //!
 //! How, per node:
 //! - **Direct when idle.** An operation that finds nothing of this node's hot path in flight
-//!   and nothing queued is sent by its caller at once, exactly as before (a plain `SET` or the
-//!   release script): a serial caller pays no hop and no batching.
+//!   and nothing queued is sent by its caller at once, in its plain form: a serial caller pays
+//!   no hop and no batching. The plain form of an acquire is `SET NX`; of a release, the
+//!   node's native compare-and-delete where it has one (`DELIFEQ`, `DELEX`: see `caps`,
+//!   `native`), else the release script by EVALSHA (see [`release_script`]).
 //! - **Queued otherwise.** Anything else joins the node's queue; one batcher task per node
 //!   takes everything queued (up to [`MAX_OPS`]), sends it as one `EVAL` of
-//!   [`BATCH`](crate::scripts) (a lone operation in its plain form), and waits for the answer
-//!   before it sends the next batch, so operations arriving meanwhile accumulate.
+//!   [`BATCH`](crate::scripts) (a lone operation, or every operation on a node whose user may
+//!   not run scripts, in its plain form, written together), and waits for the answer before it
+//!   sends the next batch, so operations arriving meanwhile accumulate.
 //!
 //! What it keeps, and why each holds:
 //! - **Per-node order.** The queue is FIFO and the script runs its operations in queue order; a
@@ -26,7 +29,9 @@
 //!   that fails or times out fails every operation it carried, whose outcome then counts as
 //!   unknown (an acquire cleans up there, a release is retried by `background`), exactly as
 //!   for a single command.
-//! - **No NOSCRIPT.** The batch script is always sent whole (`EVAL`), like the release.
+//! - **No NOSCRIPT for a batch.** The batch script is always sent whole (`EVAL`): a resent
+//!   batch could set a key after the release queued behind it. A lone release goes by EVALSHA
+//!   and is resent with EVAL on `NOSCRIPT`, which is safe for a release (see [`release_script`]).
 //! - **Timeouts.** Each operation keeps its deadline: one still queued when it passes is
 //!   answered with a timeout and never sent (as fred skips a timed-out command it has not
 //!   written); a batch's fred timeout is the earliest deadline among its operations.

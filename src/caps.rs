@@ -131,6 +131,11 @@ impl Caps {
             .clone()
     }
 
+    /// Scripts are denied, and plain locks work through native commands.
+    pub(crate) fn lua_free_only(&self) -> bool {
+        self.scripts() == Scripts::Denied && self.native() != Native::None
+    }
+
     /// Why no lock can be granted here, when this user may not run scripts and the server has
     /// no native compare-and-delete (a key set here could never be released nor extended).
     pub(crate) fn no_lock(&self) -> Option<String> {

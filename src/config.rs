@@ -255,7 +255,12 @@ impl Builder {
     /// a service can start while nodes are down (acquires fail with [`Error::Unavailable`]
     /// until a quorum is back). It fails with [`Error::Connect`] (in strict mode, or not) when
     /// so many nodes refuse the credentials (`NOAUTH`, `WRONGPASS`) that no quorum accepts
-    /// them: that is a configuration mistake, not an outage. Each node that does not count is
+    /// them: that is a configuration mistake, not an outage. It fails with
+    /// [`Error::NotPermitted`] when so many nodes can grant no lock at all that no quorum is
+    /// left: their user may not run Lua scripts and the server has no native compare-and-delete
+    /// (`DELIFEQ`: Valkey >= 9.0; `DELEX`: Redis >= 8.4), so a key set there could be neither
+    /// released nor extended (with fewer such nodes, each is logged at WARN and never sent a
+    /// lock's `SET`). Each node that does not count is
     /// logged at WARN level once per change of its state (with the server's words), and the
     /// `fredlock_node_usable` gauge (feature `metrics`) says which nodes count. Must be called inside a tokio runtime, and the `Redlock` must be
     /// used in that runtime (fred's connection tasks live there).

@@ -6,6 +6,10 @@
 //! (and after every reconnect) each node asks `INFO server` for the server's `run_id`; a node whose
 //! server already answers for another entry is not counted ([`NodeErrorKind::Duplicate`]).
 //!
+//! Right after that `INFO`, at every (re)connect and before the node counts, `caps::probe`
+//! learns what this user may do without Lua (scripts allowed? `DELIFEQ` / `DELEX`?), kept in
+//! [`State::caps`].
+//!
 //! Owns: connecting, reconnect bookkeeping, classifying fred's errors, identity.
 //! Must not: send lock commands or count votes.
 

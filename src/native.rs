@@ -16,6 +16,8 @@
 //! operation fails on this node (an unknown outcome, handled like a timeout by the caller) and
 //! the node goes back to scripts from then on; nothing is resent, so per-node order holds.
 //!
+//! Also the errors of a node whose user may not run scripts ([`scripts_refused`]).
+//!
 //! Owns: the arguments of the native commands. Must not: decide when to use them (`node` and
 //! `batch` ask `caps`), or decode replies into votes (`reply`).
 
@@ -27,7 +29,7 @@ use fred::types::{ClusterHash, CustomCommand};
 
 use crate::caps::Native;
 use crate::connection::{options, State};
-use crate::error::NodeError;
+use crate::error::{NodeError, NodeErrorKind};
 
 /// One native command with fredlock's options.
 async fn send(
@@ -110,4 +112,53 @@ pub(crate) async fn inspect(
         send(client, state, "PTTL", vec![Value::from(key)], timeout),
     );
     Ok(Value::Array(vec![value?, pttl?]))
+}
+
+/// Per lock of `items` (keys, value, TTL), what [`extend`] answers, all written together;
+/// `None` when this node has no native commands or a lock has several keys (the batched
+/// script does those).
+pub(crate) async fn extend_many<'a>(
+    client: &Client,
+    state: &State,
+    items: impl Iterator<Item = (&'a [String], &'a str, u64)> + Clone,
+    timeout: Duration,
+) -> Option<Vec<Result<Value, NodeError>>> {
+    if state.caps.native() == Native::None || items.clone().any(|(keys, _, _)| keys.len() != 1) {
+        return None;
+    }
+    let calls = items.map(|(keys, value, ttl_ms)| async move {
+        let key = keys.first().map_or("", String::as_str);
+        match extend(client, state, key, value, ttl_ms, timeout).await {
+            Some(reply) => reply,
+            // The node went back to scripts meanwhile (an unknown command): not extended.
+            None => Err(NodeError {
+                node: state.name.clone(),
+                kind: NodeErrorKind::Client,
+                message: "the node stopped offering SET IFEQ; retried with a script".into(),
+            }),
+        }
+    });
+    Some(futures::future::join_all(calls).await)
+}
+
+/// Why no script may be sent to this node (its user may not run scripts), as the error every
+/// script call then answers at once, without sending anything.
+pub(crate) fn scripts_refused(state: &State) -> Option<NodeError> {
+    state.caps.no_script().map(|message| NodeError {
+        node: state.name.clone(),
+        kind: NodeErrorKind::Permission,
+        message,
+    })
+}
+
+/// A script's reply: a `NOPERM` for the script command itself marks scripts denied here
+/// (learnt at run time, e.g. after an ACL change) and says what to do.
+pub(crate) fn scripted(state: &State, reply: Result<Value, NodeError>) -> Result<Value, NodeError> {
+    match reply {
+        Err(e) if e.kind == NodeErrorKind::Permission && e.message.contains("to run the") => {
+            state.caps.deny_scripts(&e.message);
+            Err(scripts_refused(state).unwrap_or(e))
+        }
+        other => other,
+    }
 }

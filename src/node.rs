@@ -13,6 +13,13 @@
 //! - `fail_fast`: while a node is disconnected its commands fail at once instead of queueing;
 //! - the command queue is bounded.
 //!
+//! Without Lua: on a single server whose user may run `DELIFEQ` (Valkey >= 9.0) or `DELEX`
+//! (Redis >= 8.4, untested), a one-key lock's release and extension go through them (`native`),
+//! except on the lock's gate node while it keeps a wait line; every script call on a node whose
+//! user may not run scripts fails at once, unsent, with [`NodeErrorKind::Permission`] and the
+//! fix; and a node that can neither run scripts nor compare-and-delete natively is never sent
+//! a lock's `SET` (see `caps`).
+//!
 //! Owns: the fred client of one node, its per-command options, the arguments of each command.
 //! Must not: decode a reply by hand (reply), count votes across nodes (quorum) or decide anything
 //! about a lock (redlock).
@@ -331,12 +338,12 @@ impl Node {
         timeout: Duration,
         args: impl Fn(&str) -> Vec<Value>,
     ) -> Result<Value, NodeError> {
-        if let Some(e) = self.scripts_refused() {
+        if let Some(e) = crate::native::scripts_refused(&self.state) {
             return Err(e);
         }
         if script.always_eval {
             let reply = self.call("EVAL", 2, args(script.body), timeout).await;
-            return self.scripted(reply);
+            return crate::native::scripted(&self.state, reply);
         }
         let reply = match self.call("EVALSHA", 2, args(&script.sha), timeout).await {
             Err(e) if e.kind == NodeErrorKind::Server && e.message.contains("NOSCRIPT") => {
@@ -345,29 +352,7 @@ impl Node {
             }
             other => other,
         };
-        self.scripted(reply)
-    }
-
-    /// Why no script may be sent to this node (its user may not run scripts), as the error
-    /// every script call then answers at once, without sending anything.
-    fn scripts_refused(&self) -> Option<NodeError> {
-        self.state.caps.no_script().map(|message| NodeError {
-            node: self.name.clone(),
-            kind: NodeErrorKind::Permission,
-            message,
-        })
-    }
-
-    /// A script's reply: a `NOPERM` for the script command itself marks scripts denied here
-    /// (learnt at run time, e.g. after an ACL change) and says what to do.
-    fn scripted(&self, reply: Result<Value, NodeError>) -> Result<Value, NodeError> {
-        match reply {
-            Err(e) if e.kind == NodeErrorKind::Permission && e.message.contains("to run the") => {
-                self.state.caps.deny_scripts(&e.message);
-                Err(self.scripts_refused().unwrap_or(e))
-            }
-            other => other,
-        }
+        crate::native::scripted(&self.state, reply)
     }
 
     /// The release script over `held`'s keys; on a cluster node, a redirected resend waits for
@@ -897,7 +882,7 @@ impl Node {
     }
 
     /// On a single server with `SET ... IFEQ` and only one-key locks in `batch`: one command
-    /// per lock, written together (see `native`); `None` where the batched script does it.
+    /// per lock (see `native`); `None` where the batched script does it.
     async fn extend_many_native(
         &self,
         batch: &[Extension],
@@ -906,22 +891,16 @@ impl Node {
         let Backend::Server(client) = &self.backend else {
             return None;
         };
-        if self.state.caps.native() == crate::caps::Native::None
-            || batch.iter().any(|x| x.held.keys.len() != 1)
-        {
-            return None;
-        }
-        let calls = batch.iter().map(|x| async move {
-            let key = x.held.keys.first().map_or("", String::as_str);
-            let state = &self.state;
-            match crate::native::extend(client, state, key, &x.held.value, x.ttl_ms, timeout).await
-            {
-                Some(reply) => reply::set_nx(&self.name, reply),
-                // The node went back to scripts meanwhile (an unknown command): not extended.
-                None => Vote::Failed(self.unexpected("native extension")),
-            }
-        });
-        Some(futures::future::join_all(calls).await)
+        let items = batch
+            .iter()
+            .map(|x| (x.held.keys.as_slice(), x.held.value.as_str(), x.ttl_ms));
+        let replies = crate::native::extend_many(client, &self.state, items, timeout).await?;
+        Some(
+            replies
+                .into_iter()
+                .map(|r| reply::set_nx(&self.name, r))
+                .collect(),
+        )
     }
 
     /// One batched extend script over `parts` of `batch`, all with `ttl_ms`: one vote per part.
@@ -1096,13 +1075,13 @@ impl Node {
         args.push(Value::Integer(crate::line::LEASE.as_millis() as i64));
         args.push(Value::from(line.local.prefix()));
         args.push(Value::from(format!("{:08x}", rand::random::<u32>())));
-        if let Some(e) = self.scripts_refused() {
+        if let Some(e) = crate::native::scripts_refused(&self.state) {
             return Err(e);
         }
         match &self.backend {
             Backend::Server(_) => {
                 let reply = self.call("EVAL", 2, args, timeout).await;
-                self.scripted(reply)
+                crate::native::scripted(&self.state, reply)
             }
             Backend::Cluster(shards) => {
                 let Some(first) = held.keys.first() else {
@@ -1162,11 +1141,7 @@ impl Node {
         timeout: Duration,
     ) -> Result<Option<(String, i64)>, NodeError> {
         // Where scripts are denied but plain locks work: GET and PTTL (see `native`).
-        if let (Backend::Server(client), true, None) = (
-            &self.backend,
-            self.state.caps.scripts() == crate::caps::Scripts::Denied,
-            self.state.caps.no_lock(),
-        ) {
+        if let (Backend::Server(client), true) = (&self.backend, self.state.caps.lua_free_only()) {
             if let Err(e) = self.state.counts() {
                 if e.kind == NodeErrorKind::Duplicate {
                     return Err(e);
