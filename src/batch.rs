@@ -364,8 +364,11 @@ async fn send_one(
     }
 }
 
-/// The release script for one key. With a token of ours: EVALSHA, and on `NOSCRIPT` (a
-/// flushed script cache) EVAL at once; the server caches the script from then on. A caller
+/// The release script for one key. EVAL the first time on each connection (which puts the
+/// script in the server's cache: a fresh or restarted server never answers `NOSCRIPT`, so the
+/// release keeps its place in this node's order), EVALSHA from then on, and on `NOSCRIPT`
+/// (someone flushed the cache) EVAL at once, which then lands after whatever this process sent
+/// the node meanwhile. A caller
 /// that stops waiting after the EVALSHA was handed to fred leaves the rest to a task (see
 /// [`Finish`]), so a `NOSCRIPT` answer is never left without its resend. Resent late, a release
 /// still deletes only its own token, which no later command of ours stores (tokens are fresh per
@@ -387,11 +390,15 @@ async fn release_script(
             Value::from(held.value.as_str()),
         ]
     };
-    if held.custom {
+    if held.custom || !state.caps.release_cached() {
         let cmd = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
         let with = client.with_options(&options(timeout));
         let call = with.custom::<Value, Value>(cmd, args(script.body));
-        return Box::pin(call).await.map_err(|e| state.error(&e));
+        let reply = Box::pin(call).await.map_err(|e| state.error(&e));
+        if reply.is_ok() {
+            state.caps.set_release_cached(true);
+        }
+        return reply;
     }
     let (client, state) = (client.clone(), state.clone());
     let (sha, body) = (args(&script.sha), args(script.body));
@@ -401,6 +408,7 @@ async fn release_script(
         match Box::pin(with.custom::<Value, Value>(cmd, sha)).await {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
                 tracing::debug!(node = %state.name, "NOSCRIPT: resending the release with EVAL");
+                state.caps.set_release_cached(false);
                 let cmd = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
                 let call = with.custom::<Value, Value>(cmd, body);
                 Box::pin(call).await.map_err(|e| state.error(&e))

@@ -64,6 +64,9 @@ pub(crate) struct Caps {
     server: Mutex<String>,
     /// The server's words when it refused a script (`NOPERM User app has no permissions ...`).
     denied: Mutex<String>,
+    /// The release script ran on this connection since the last (re)connect, so the server
+    /// has it cached and EVALSHA finds it (unless someone flushed the cache meanwhile).
+    release_cached: std::sync::atomic::AtomicBool,
 }
 
 impl Default for Caps {
@@ -73,6 +76,7 @@ impl Default for Caps {
             scripts: AtomicU8::new(0),
             server: Mutex::new("this server".into()),
             denied: Mutex::new(String::new()),
+            release_cached: Default::default(),
         }
     }
 }
@@ -113,6 +117,15 @@ impl Caps {
 
     fn allow_scripts(&self) {
         self.scripts.store(1, Ordering::Relaxed);
+    }
+
+    /// Whether the release script is known to be in the server's script cache.
+    pub(crate) fn release_cached(&self) -> bool {
+        self.release_cached.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_release_cached(&self, cached: bool) {
+        self.release_cached.store(cached, Ordering::Relaxed);
     }
 
     /// `Valkey 9.1.2`, `Redis 7.0.15`, or `this server`.
@@ -218,6 +231,8 @@ pub(crate) fn is_unknown_command(details: &str) -> bool {
 /// the `INFO server` reply when it could be read. Returns `false` when the server did not
 /// answer (the caller retries as for `INFO`).
 pub(crate) async fn probe(client: &Client, info: Option<&str>, caps: &Caps) -> bool {
+    // A new connection may reach a restarted server, whose script cache is empty.
+    caps.set_release_cached(false);
     if let Some(server) = info.and_then(server_of) {
         *caps.server.lock().unwrap_or_else(|p| p.into_inner()) = server;
     }
