@@ -40,7 +40,7 @@ SEED ?=
 torture: redis-server
 	$(CARGO) run --release --example torture -- --secs $(SECS) --seed "$(SEED)"
 
-## make errors: provoke every error against local nodes and print each message (README's table)
+## make errors: provoke every error against local nodes and print each message (docs/guide.md's table)
 errors: redis-server
 	$(CARGO) run --quiet --all-features --example errors
 

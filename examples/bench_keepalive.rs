@@ -11,7 +11,7 @@
 //! the memory figures are those of a process that only did this. A keep-alive child:
 //! 1. connects (a Redlock over the nodes) and notes its resident memory and live heap;
 //! 2. acquires `--locks` locks (256 acquires at a time) and keeps each alive with its variant as
-//!    soon as it is acquired (as README row (d) does);
+//!    soon as it is acquired (as row (d) of `make bench` does, docs/benchmarks.md);
 //! 3. notes memory again: (after - before) / locks is the memory per held lock, as resident
 //!    memory (RSS, what row (d) reports), as RSS after handing the allocator's free memory back
 //!    to the OS (glibc `malloc_trim`, on both ends), and as live heap bytes (a counting
@@ -27,7 +27,8 @@
 //! notes its memory: what a held lock costs anyway, so that the keep-alive's own share shows.
 //!
 //! The parent prints one markdown table: medians over rounds, the ratio before / batched, the
-//! targets of issue 11 item 4, and the machine's load before and after (`/proc/loadavg`).
+//! keep-alive targets (round trips, node CPU, memory per held lock), and the machine's load
+//! before and after (`/proc/loadavg`).
 //! The nodes' idle CPU (their own timers, measured for 5 s before the rounds) is printed too,
 //! and subtracted in the "above idle" row.
 

@@ -1,5 +1,5 @@
 //! Provokes every error fredlock returns, against local redis-server nodes it starts itself, and
-//! prints each one's message as a Markdown table (the one in README.md).
+//! prints each one's message as a Markdown table (the one in docs/guide.md, "Errors").
 //!
 //! ```text
 //! make errors

@@ -228,7 +228,8 @@ impl Builder {
     /// election) takes a place in the resource's *wait line*, kept on one node chosen by the
     /// resource's name (its gate); that node grants its vote only to the line's head, so the
     /// waiters of the whole fleet take turns in arrival order instead of racing, and only the
-    /// head ever sets keys on the other nodes (see the README's "Many processes").
+    /// head ever sets keys on the other nodes (see "Many processes: waiting in line" in
+    /// docs/algorithm.md).
     ///
     /// On: a release on the gate wakes the line's head, and only the head, with one message on
     /// the head's process's own channel, received through ONE subscriber connection per node

@@ -19,7 +19,8 @@ use crate::error::{Error, LostReason, Names, NotHeldReason, Result};
 use crate::lock::{Lock, ReleaseReport};
 use crate::node::Held;
 use crate::pacing;
-use crate::renewal::{expire, mark_lost, Driver, Shared, Status, StatusCell, StatusRx};
+use crate::renewal::Driver;
+use crate::status::{expire, mark_lost, Shared, Status, StatusCell, StatusRx};
 
 pub(crate) use crate::pacing::fire_at;
 pub use crate::pacing::KeepAliveOptions;

@@ -71,9 +71,13 @@
 //!    started by the first acquire that waits, subscribed to the Redlock's own wake-up channel,
 //!    feeding its messages to `line`.
 //! 5. `redlock`: the rounds: one acquire attempt, extend, release; [`Redlock`] and its shared state.
-//! 6. `lock` ([`Lock`] and the acquire retry loop that hands it out), `inspect` ([`Redlock::inspect`]),
+//!    Just above it, `acquire_loop`: the retry loop of every acquire (attempt, decide, wait) and
+//!    a waiter's place in the resource's wait line.
+//! 6. `lock` ([`Lock`] and the acquire calls that hand it out), `inspect` ([`Redlock::inspect`]),
 //!    `leader` (an election's record beside its lock: term number, campaign value, priority;
 //!    [`Redlock::leader_of`] and the rounds that write the record).
+//!    Just above them, `status`: a kept-alive lock's status as its driver and every handle see
+//!    it (one value that only moves forward: the deadline, lost and why).
 //! 7. `force` ([`Redlock::force_release`]: an operator breaks a lock, whoever holds it),
 //!    `observe` ([`Redlock::observe`]: an [`Observer`]'s subscriber connections and the reads
 //!    that follow who leads an election),
@@ -82,6 +86,10 @@
 //!    renewer, which extends the locks due together with one script call per node, and a task
 //!    per lock.
 //! 8. `keepalive`: [`KeepAlive`] and [`LockHandle`]: the guard, its release and the lost signal.
+//!    Just above it, the rounds of the primitives: `semaphore_round` (one attempt at a permit:
+//!    every node takes the first free slot of one shared order) and `rwlock_round` (one attempt
+//!    at a read share or the write lock, the downgrade) and `campaign` (an election
+//!    participant's background task, the [`Role`] and [`Term`] it publishes).
 //! 9. `with_lock` ([`Redlock::with_lock`]), `election` ([`Election`]), `semaphore` ([`Semaphore`]:
 //!    at most N holders, each permit a quorum lock on one of N slots), `lease` ([`Lease`]: a
 //!    held lock handed to another process; [`Redlock::resume`], [`Redlock::release_lease`]),
@@ -93,8 +101,10 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+mod acquire_loop;
 mod background;
 mod batch;
+mod campaign;
 mod caps;
 mod cluster;
 pub mod config;
@@ -120,14 +130,18 @@ mod redlock;
 mod renewal;
 mod reply;
 mod rwlock;
+mod rwlock_round;
 mod scripts;
 mod semaphore;
+mod semaphore_round;
 mod slots;
+mod status;
 mod subscriber;
 mod with_lock;
 
+pub use campaign::{Role, Term};
 pub use config::{Builder, Retry};
-pub use election::{ElectOptions, Election, Role, Term, MAX_VALUE_LEN};
+pub use election::{ElectOptions, Election, MAX_VALUE_LEN};
 pub use error::{
     Error, InvalidInput, LostReason, Names, NodeError, NodeErrorKind, NotHeldReason, Result, Round,
     Vote, Votes,

@@ -83,11 +83,11 @@ impl Drop for Observer {
 
 impl Redlock {
     /// Starts observing the election `resource`: [`Observer::watch`] then yields every change of
-    /// leader, pushed by the nodes (see the module notes in the README: a resign, a new term and
-    /// a proclaim arrive within a round trip; a killed leader shows as `None` once its keys
-    /// expire). Returns once the subscriptions are in place (on every node that answers within
-    /// 2 s) and the first read is done, so [`Observer::current`] is right from the start. Must be
-    /// called inside a tokio runtime.
+    /// leader, pushed by the nodes (see "Elections others can see" in docs/guide.md: a resign, a
+    /// new term and a proclaim arrive within a round trip; a killed leader shows as `None` once
+    /// its keys expire). Returns once the subscriptions are in place (on every node that answers
+    /// within 2 s) and the first read is done, so [`Observer::current`] is right from the start.
+    /// Must be called inside a tokio runtime.
     ///
     /// Redis Cluster nodes get no subscriber (their published messages go to every shard): their
     /// changes arrive through the other nodes' messages or the expiry-time read.

@@ -1,13 +1,11 @@
-//! Who extends a kept-alive lock, and when: the status every observer sees, the per-lock cycle
-//! (schedule, budget, retries), and the two drivers of that cycle: the Redlock's shared
-//! renewer (the default), which extends the locks due at about the same time with ONE script
-//! call per node, and a task per lock (`KeepAliveOptions::batched(false)`).
+//! Who extends a kept-alive lock, and when: the per-lock cycle (schedule, budget, retries), and
+//! the two drivers of that cycle: the Redlock's shared renewer (the default), which extends the
+//! locks due at about the same time with ONE script call per node, and a task per lock
+//! (`KeepAliveOptions::batched(false)`).
 //!
-//! The state every party sees is one value ([`Status`], in a [`StatusCell`]) that only moves
-//! forward: once a lock is marked lost it stays lost, and a new deadline is published only if it
-//! was obtained before the old one passed and lies after it. The driver and every `lost()` waiter
-//! race to mark the lock lost at the deadline; whoever comes first wins, and both agree on the
-//! outcome.
+//! The state every party sees is one value (`Status`, in a `StatusCell`, see `status`) that
+//! only moves forward; a driver publishes a new deadline only if it was obtained before the old
+//! one passed and lies after it.
 //!
 //! The driver owns each [`Lock`] inside a [`Holder`] whose `Drop` publishes "lost" BEFORE the
 //! lock (and so its keys) goes: whatever way the driver ends (a panic, the runtime shutting
@@ -29,18 +27,17 @@
 //! validity. Batches run concurrently; a lock is in at most one at a time, and a guard's
 //! release or drop is served at once, batch in flight or not.
 //!
-//! Owns: [`Status`] and its cell, the lost/expire transitions, [`Holder`], the per-lock cycle
-//! and both drivers, the batch bound. The arithmetic of the schedule is `pacing`'s; the public
-//! handles are `keepalive`'s. Must not: talk to nodes except through the rounds of [`Lock`] and
+//! Owns: [`Holder`], the per-lock cycle and both drivers, the batch bound. The status and its
+//! lost/expire transitions are `status`'s; the arithmetic of the schedule is `pacing`'s; the
+//! public handles are `keepalive`'s. Must not: talk to nodes except through the rounds of [`Lock`] and
 //! the Redlock (`extend_inner`, `extend_many`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -48,6 +45,7 @@ use crate::error::{Error, LostReason, NotHeldReason, Result};
 use crate::lock::Lock;
 use crate::pacing::{self, fire_at, KeepAliveOptions, Pacing};
 use crate::redlock::{ExtendRequest, Redlock};
+use crate::status::{expire, mark_lost, Shared, Status};
 
 /// The most keys one batched extend script carries (a lock with more keys is sent alone).
 ///
@@ -58,153 +56,6 @@ use crate::redlock::{ExtendRequest, Redlock};
 /// client's commands there: a call of 128 keys took 0.3 ms, 256 keys 0.7 ms, 512 keys 1.5 ms.
 /// `examples/bench_keepalive.rs` prints the duration of the batches it sends.
 pub(crate) const MAX_BATCH_KEYS: usize = 128;
-
-/// What every observer of a kept-alive lock sees.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Status {
-    pub(crate) deadline: Instant,
-    pub(crate) lost: Option<LostReason>,
-    /// The budget allows no further extension: expiry at `deadline` is a budget loss.
-    pub(crate) final_deadline: bool,
-    pub(crate) extensions: u32,
-}
-
-/// The status of one kept-alive lock, shared by its driver and every handle: the value with a
-/// version, and a notification for those waiting for a change. Like a `tokio::sync::watch`
-/// channel, at a quarter of its size (a watch channel keeps nine `Notify`s, about 360 bytes,
-/// which was a third of the memory per held lock).
-#[derive(Debug)]
-pub(crate) struct StatusCell {
-    state: Mutex<(Status, u64)>,
-    changed: Notify,
-}
-
-/// A kept-alive lock's status, as its driver and its handles hold it.
-pub(crate) type Shared = Arc<StatusCell>;
-
-impl StatusCell {
-    /// A cell holding `status`.
-    pub(crate) fn new(status: Status) -> Shared {
-        Arc::new(StatusCell {
-            state: Mutex::new((status, 0)),
-            changed: Notify::new(),
-        })
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, (Status, u64)> {
-        // The value is Copy and every update is one closure: a panic inside one leaves a whole
-        // value behind, so a poisoned lock is still a consistent status.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The current status.
-    pub(crate) fn borrow(&self) -> Status {
-        self.state().0
-    }
-
-    /// Applies `modify`; when it returns true, the status counts as changed and every waiter
-    /// is woken. Returns what `modify` returned.
-    pub(crate) fn send_if_modified(&self, modify: impl FnOnce(&mut Status) -> bool) -> bool {
-        let modified = {
-            let mut state = self.state();
-            let modified = modify(&mut state.0);
-            if modified {
-                state.1 = state.1.wrapping_add(1);
-            }
-            modified
-        };
-        if modified {
-            self.changed.notify_waiters();
-        }
-        modified
-    }
-
-    /// Applies `modify` and wakes every waiter.
-    pub(crate) fn send_modify(&self, modify: impl FnOnce(&mut Status)) {
-        self.send_if_modified(|s| {
-            modify(s);
-            true
-        });
-    }
-
-    /// A receiver that has seen the current status.
-    pub(crate) fn subscribe(self: &Arc<Self>) -> StatusRx {
-        let seen = self.state().1;
-        StatusRx {
-            cell: self.clone(),
-            seen,
-        }
-    }
-}
-
-/// Follows the changes of a [`StatusCell`], as a `watch::Receiver` does.
-#[derive(Debug)]
-pub(crate) struct StatusRx {
-    cell: Shared,
-    seen: u64,
-}
-
-/// The status can no longer change. Never returned today (every receiver keeps its cell), kept
-/// so that a waiter states what it does if it ever is.
-#[derive(Debug)]
-pub(crate) struct Closed;
-
-impl StatusRx {
-    /// The current status, which counts as seen from now on.
-    pub(crate) fn borrow_and_update(&mut self) -> Status {
-        let (status, version) = *self.cell.state();
-        self.seen = version;
-        status
-    }
-
-    /// Resolves once the status changed since it was last seen (at once if it already has).
-    ///
-    /// Cancellation: safe at any point; it only observes.
-    pub(crate) async fn changed(&mut self) -> std::result::Result<(), Closed> {
-        loop {
-            let notified = self.cell.changed.notified();
-            tokio::pin!(notified);
-            // Registered BEFORE the version is read: a change made after the read wakes it.
-            notified.as_mut().enable();
-            let version = self.cell.state().1;
-            if version != self.seen {
-                self.seen = version;
-                return Ok(());
-            }
-            notified.await;
-        }
-    }
-}
-
-/// Marks the lock lost at or after its deadline, unless it already is. Returns the reason.
-pub(crate) fn expire(tx: &Shared) -> Option<LostReason> {
-    tx.send_if_modified(|s| {
-        if s.lost.is_none() && Instant::now() >= fire_at(s.deadline) {
-            s.lost = Some(if s.final_deadline {
-                LostReason::BudgetExhausted
-            } else {
-                LostReason::Expired
-            });
-            true
-        } else {
-            false
-        }
-    });
-    tx.borrow().lost
-}
-
-/// Marks the lock lost with `reason`, unless it already is.
-pub(crate) fn mark_lost(tx: &Shared, reason: LostReason) {
-    tx.send_if_modified(|s| {
-        if s.lost.is_none() {
-            s.lost = Some(reason);
-            crate::metrics::lost(reason);
-            true
-        } else {
-            false
-        }
-    });
-}
 
 /// A driver's lock. Whatever way the driver ends without handing the lock back (a panic, the
 /// runtime shutting down, a return that forgot to), dropping this publishes "lost" FIRST, and

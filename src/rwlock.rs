@@ -19,25 +19,22 @@
 //! Waiting uses the Redlock's [`Retry`](crate::Retry) policy (polling; a release sends no
 //! wake-up to waiting readers and writers).
 //!
-//! Owns: [`RwLock`], its guards, its keys and rounds. Must not: count readers without a quorum.
+//! Owns: [`RwLock`], its guards, the read and write calls and their retry loop, inspect. The
+//! rounds themselves (one attempt, the downgrade) are `rwlock_round`'s.
+//! Must not: count readers without a quorum, or send a round's commands itself.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::prelude::Value;
 use tokio::time::Instant;
 
-use crate::error::{Error, InvalidInput, Names, NodeError, NodeErrorKind, Result, Vote, Votes};
+use crate::error::{Error, InvalidInput, NodeError, NodeErrorKind, Result};
 use crate::inspect::{node_state, RwInspection, RwNodeView};
 use crate::keepalive::{KeepAlive, KeepAliveOptions, Rejected};
 use crate::lock::{Lock, ReleaseReport};
-use crate::node::Held;
-use crate::quorum::{self, fan_out, quorum_known, Late, Outcome};
-use crate::redlock::{
-    fencing_tokens, new_token, random_up_to, spawn_release, Failure, Grant, Redlock, Retry,
-    RESERVED,
-};
-use crate::reply::Acquired;
+use crate::quorum::{fan_out, Late};
+use crate::redlock::{random_up_to, Failure, Redlock, Retry, RESERVED};
+use crate::rwlock_round::{Mark, RwRounds, Side};
 
 /// A read-write lock named `name` over a [`Redlock`]'s nodes: many readers or one writer.
 /// Cheap to clone. See [`Redlock::rwlock`].
@@ -107,13 +104,6 @@ impl Redlock {
     }
 }
 
-/// Which side an attempt takes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Side {
-    Read,
-    Write,
-}
-
 impl RwLock {
     /// The name given to [`Redlock::rwlock`].
     pub fn name(&self) -> &str {
@@ -121,12 +111,20 @@ impl RwLock {
     }
 
     fn part(&self, part: &str) -> String {
-        crate::slots::rwlock_part(RESERVED, &self.name, part)
+        self.rounds().part(part)
     }
 
     /// The writer key, the writer-waiting key, the readers set.
     fn keys(&self) -> [String; 3] {
-        ["w", "i", "r"].map(|p| self.redlock.key(&self.part(p)))
+        self.rounds().keys()
+    }
+
+    /// The lock as its rounds see it.
+    fn rounds(&self) -> RwRounds<'_> {
+        RwRounds {
+            redlock: &self.redlock,
+            name: &self.name,
+        }
     }
 
     /// Takes a read share for `ttl`, retrying per the Redlock's [`Retry`] while a writer holds
@@ -221,7 +219,7 @@ impl RwLock {
         let req = self.redlock.request_unchecked(vec![self.part("w")], ttl)?;
         let span =
             tracing::debug_span!("fredlock.rwlock", name = %self.name, write = side == Side::Write);
-        let mark = (side == Side::Write).then(|| Mark::new(self, ttl));
+        let mark = (side == Side::Write).then(|| Mark::new(&self.rounds(), ttl));
         let give_up = wait.and_then(|w| Instant::now().checked_add(w));
         let mut attempts: u32 = 0;
         let result = tracing::Instrument::instrument(
@@ -229,7 +227,7 @@ impl RwLock {
                 loop {
                     attempts = attempts.saturating_add(1);
                     let mark_value = mark.as_ref().map(|m| m.value());
-                    let failure = match self.attempt(side, &req, mark_value).await {
+                    let failure = match self.rounds().attempt(side, &req, mark_value).await {
                         Ok(lock) => return Ok(lock),
                         Err(Failure::Rejected(e)) => return Err(e.into()),
                         Err(f) => f,
@@ -246,7 +244,7 @@ impl RwLock {
                     let out_of_time =
                         give_up.is_some_and(|g| now.checked_add(pause).is_none_or(|t| t >= g));
                     if out_of_time || (wait.is_none() && attempts >= retry.attempts) {
-                        return Err(self.failed(failure, attempts, ttl));
+                        return Err(self.rounds().failed(failure, attempts, ttl));
                     }
                     tokio::time::sleep(pause).await;
                 }
@@ -258,184 +256,6 @@ impl RwLock {
             mark.remove().await;
         }
         result
-    }
-
-    fn failed(&self, failure: Failure, attempts: u32, ttl: Duration) -> Error {
-        let resources = Names(vec![self.name.clone()]);
-        match failure {
-            Failure::Contended(votes) | Failure::Queued(votes, _) => Error::Contended {
-                resources,
-                attempts,
-                votes,
-            },
-            Failure::Unavailable(votes) => {
-                self.redlock.inner.unavailable(resources, attempts, votes)
-            }
-            Failure::Expired(elapsed) => Error::ValidityExpired {
-                resources,
-                attempts,
-                elapsed,
-                ttl,
-            },
-            Failure::Rejected(e) => e.into(),
-        }
-    }
-
-    /// One attempt of either side: one script call per node, a quorum grant or a clean-up.
-    async fn attempt(
-        &self,
-        side: Side,
-        req: &crate::redlock::Request,
-        mark: Option<&str>,
-    ) -> std::result::Result<Lock, Failure> {
-        let inner = &self.redlock.inner;
-        let Plan {
-            resource,
-            script,
-            keys,
-            argv,
-            held,
-            fenced,
-        } = self.plan(side, req, mark);
-        let value = held.value.clone();
-        // Armed until settled: a dropped attempt releases our key everywhere.
-        let mut guard = Cleanup(Some((self.redlock.clone(), held.clone())), req.ttl);
-        let t0 = Instant::now();
-        let Some(deadline) = t0.checked_add(req.validity) else {
-            guard.0 = None;
-            return Err(Failure::Expired(Duration::ZERO));
-        };
-        let (keys, argv) = (Arc::new(keys), Arc::new(argv));
-        let creating: Arc<str> = Arc::from(value.as_str());
-        let calls = inner.nodes.iter().enumerate().map(|(n, node)| {
-            let call = node.clone().eval_script(
-                script,
-                keys.clone(),
-                argv.clone(),
-                Some(creating.clone()),
-                req.timeout,
-            );
-            let name = node.name.clone();
-            (n, async move {
-                let reply = call.await;
-                match side {
-                    Side::Read => Acquired::plain(crate::reply::vote(&name, reply)),
-                    Side::Write => crate::reply::fenced_acquire(&name, reply, 1),
-                }
-            })
-        });
-        let answers = fan_out(
-            inner.nodes.len(),
-            calls,
-            Some(deadline),
-            Late::Finish,
-            quorum_known,
-        )
-        .await;
-        let mut counters = Vec::new();
-        let votes = Votes(
-            answers
-                .into_iter()
-                .map(|a| {
-                    let a = a.unwrap_or(Acquired::plain(Vote::Pending));
-                    counters.push(a.counters);
-                    a.vote
-                })
-                .collect(),
-        );
-        crate::metrics::failures(&votes.0);
-        let mut now = Instant::now();
-        let granted = quorum::outcome(&votes.0) == Outcome::Reached;
-        let mut failure = None;
-        if granted && now < deadline {
-            let mut fencing = None;
-            if fenced {
-                let tokens = fencing_tokens(&votes, &counters, 1);
-                let fence = [self.redlock.fence_key(&resource)];
-                let raised = inner
-                    .raise_fence(&fence, &tokens, deadline, req.timeout)
-                    .await;
-                now = Instant::now();
-                if quorum::outcome(&raised.0) == Outcome::Reached && now < deadline {
-                    fencing = Some(tokens);
-                } else if now < deadline {
-                    failure = Some(Failure::Unavailable(raised));
-                }
-            }
-            if failure.is_none() && now < deadline {
-                guard.0 = None;
-                let grant = Grant {
-                    held,
-                    t0,
-                    deadline,
-                    fencing,
-                };
-                return Ok(Lock::from_grant(self.redlock.clone(), grant, req.ttl));
-            }
-        }
-        let targets = (0..votes.0.len()).filter(|&n| votes.0[n] != Vote::Refused);
-        inner.release_unawaited(&held, targets, req.ttl).await;
-        guard.0 = None;
-        let expired_waiting = now >= deadline && votes.0.contains(&Vote::Pending);
-        Err(if let Some(failure) = failure {
-            failure
-        } else if granted || expired_waiting {
-            Failure::Expired(now.duration_since(t0))
-        } else if votes.failed() > inner.nodes.len() - inner.quorum || votes.refused() == 0 {
-            Failure::Unavailable(votes)
-        } else {
-            Failure::Contended(votes)
-        })
-    }
-
-    /// What one attempt sends (the script, its keys and arguments) and what it would hold.
-    fn plan(&self, side: Side, req: &crate::redlock::Request, mark: Option<&str>) -> Plan {
-        let inner = &self.redlock.inner;
-        let scripts = crate::scripts::Scripts::get();
-        let value = crate::owner::value(&new_token(), &inner.label);
-        let [w, i, r] = self.keys();
-        let fenced = side == Side::Write && inner.fencing;
-        let ttl_ms = Value::Integer(req.ttl_ms as i64);
-        let (resource, script, keys, argv) = match side {
-            Side::Read => {
-                let resource = self.part(&format!("r:{}", new_token()));
-                let key = self.redlock.key(&resource);
-                let argv = vec![Value::from(value.as_str()), ttl_ms];
-                (resource, &scripts.rw_read, vec![w, i, r, key], argv)
-            }
-            Side::Write => {
-                let resource = self.part("w");
-                let mut keys = vec![w, i, r];
-                if fenced {
-                    keys.push(self.redlock.fence_key(&resource));
-                }
-                let argv = vec![
-                    Value::from(value.as_str()),
-                    ttl_ms.clone(),
-                    Value::from(mark.unwrap_or_default()),
-                    ttl_ms,
-                    Value::from(if fenced { "1" } else { "0" }),
-                ];
-                (resource, &scripts.rw_write, keys, argv)
-            }
-        };
-        let lock_key = self.redlock.key(&resource);
-        let held = Arc::new(Held {
-            keys: vec![lock_key],
-            value,
-            custom: false,
-            resources: vec![resource.clone()],
-            fence_keys: Vec::new(),
-            line: None,
-        });
-        Plan {
-            resource,
-            script,
-            keys,
-            argv,
-            held,
-            fenced,
-        }
     }
 
     /// Every node's writer, waiting writer and readers (label, token fingerprint, TTL). One read
@@ -483,90 +303,6 @@ impl RwLock {
     }
 }
 
-/// One attempt's script, keys and arguments, and what it would hold (see [`RwLock::plan`]).
-struct Plan {
-    resource: String,
-    script: &'static crate::scripts::Script,
-    keys: Vec<String>,
-    argv: Vec<Value>,
-    held: Arc<Held>,
-    fenced: bool,
-}
-
-/// A writer's waiting mark: one value for every attempt of one call, removed from every node
-/// when the call ends (granted, given up or dropped).
-struct Mark {
-    redlock: Redlock,
-    held: Arc<Held>,
-    ttl: Duration,
-    /// Removed already (by [`remove`](Self::remove)); otherwise a drop removes it.
-    removed: bool,
-}
-
-impl Mark {
-    fn new(rw: &RwLock, ttl: Duration) -> Mark {
-        Mark {
-            redlock: rw.redlock.clone(),
-            held: Arc::new(Held {
-                keys: vec![rw.keys()[1].clone()],
-                value: new_token(),
-                custom: false,
-                resources: vec![rw.part("i")],
-                fence_keys: Vec::new(),
-                line: None,
-            }),
-            ttl,
-            removed: false,
-        }
-    }
-
-    fn value(&self) -> &str {
-        &self.held.value
-    }
-
-    /// Removes the mark from every node: handed to each node's connection before this returns,
-    /// so this process's next commands (a try_read right after a failed try_write) land after
-    /// it.
-    async fn remove(mut self) {
-        let inner = self.redlock.inner.clone();
-        inner
-            .release_unawaited(&self.held, 0..inner.nodes.len(), self.ttl)
-            .await;
-        self.removed = true;
-    }
-}
-
-impl Drop for Mark {
-    fn drop(&mut self) {
-        if self.removed {
-            return;
-        }
-        spawn_release(
-            self.redlock.inner.clone(),
-            self.held.clone(),
-            self.ttl,
-            "write lock call ended",
-        );
-    }
-}
-
-/// Releases an attempt's key on every node if the attempt is dropped.
-struct Cleanup(Option<(Redlock, Arc<Held>)>, Duration);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if let Some((redlock, held)) = self.0.take() {
-            spawn_release(
-                redlock.inner.clone(),
-                held,
-                self.1,
-                "rwlock attempt cancelled",
-            );
-        }
-    }
-}
-
-/// The methods both guards share: each is its [`Lock`].
 macro_rules! guard_methods {
     ($guard:ident) => {
         impl $guard {
@@ -655,90 +391,8 @@ impl WriteGuard {
     /// the background.
     pub async fn downgrade(self, ttl: Duration) -> Result<ReadGuard> {
         let WriteGuard { lock, rw } = self;
-        let until = lock.deadline();
-        let writer_ttl = lock.ttl();
-        let req = rw.redlock.request_unchecked(vec![rw.part("w")], ttl)?;
-        let (writer, _) = lock.disarm();
-        let redlock = &rw.redlock;
-        let inner = &redlock.inner;
-        // Armed until settled: a dropped downgrade releases both keys everywhere.
-        let mut wguard = Cleanup(Some((redlock.clone(), writer.clone())), writer_ttl);
-        let resource = rw.part(&format!("r:{}", new_token()));
-        let key = redlock.key(&resource);
-        let value = crate::owner::value(&new_token(), &inner.label);
-        let reader = Arc::new(Held {
-            keys: vec![key.clone()],
-            value: value.clone(),
-            custom: false,
-            resources: vec![resource],
-            fence_keys: Vec::new(),
-            line: None,
-        });
-        let mut rguard = Cleanup(Some((redlock.clone(), reader.clone())), req.ttl);
-        let [w, _, r] = rw.keys();
-        let keys = Arc::new(vec![w, r, key]);
-        let argv = Arc::new(vec![
-            Value::from(writer.value.as_str()),
-            Value::from(value.as_str()),
-            Value::Integer(req.ttl_ms as i64),
-        ]);
-        let t0 = Instant::now();
-        let deadline = t0.checked_add(req.validity).map(|d| d.min(until));
-        let script = &crate::scripts::Scripts::get().rw_downgrade;
-        let creating: Arc<str> = Arc::from(value.as_str());
-        let calls = inner.nodes.iter().enumerate().map(|(n, node)| {
-            let call = node.clone().eval_script(
-                script,
-                keys.clone(),
-                argv.clone(),
-                Some(creating.clone()),
-                req.timeout,
-            );
-            let name = node.name.clone();
-            (n, async move { crate::reply::vote(&name, call.await) })
-        });
-        let answers = fan_out(
-            inner.nodes.len(),
-            calls,
-            Some(until),
-            Late::Finish,
-            quorum_known,
-        )
-        .await;
-        let votes = quorum::votes(answers);
-        crate::metrics::failures(&votes.0);
-        let now = Instant::now();
-        if let Some(deadline) = deadline.filter(|d| now < *d) {
-            if quorum::outcome(&votes.0) == Outcome::Reached {
-                wguard.0 = None;
-                rguard.0 = None;
-                let grant = Grant {
-                    held: reader,
-                    t0,
-                    deadline,
-                    fencing: None,
-                };
-                let lock = Lock::from_grant(redlock.clone(), grant, req.ttl);
-                return Ok(ReadGuard { lock });
-            }
-        }
-        let all = 0..inner.nodes.len();
-        inner.release_unawaited(&reader, all.clone(), req.ttl).await;
-        inner.release_unawaited(&writer, all, writer_ttl).await;
-        wguard.0 = None;
-        rguard.0 = None;
-        if now >= until {
-            return Err(Error::NotHeld {
-                resources: Names(vec![rw.name.clone()]),
-                reason: crate::error::NotHeldReason::Expired,
-                votes,
-            });
-        }
-        Err(inner.names_failure(
-            Names(vec![rw.name.clone()]),
-            crate::error::Round::Extend,
-            votes,
-        ))
+        let lock = rw.rounds().downgrade(lock, ttl).await?;
+        Ok(ReadGuard { lock })
     }
 
     /// The write lock's fencing token (with [`fencing_tokens`](crate::Builder::fencing_tokens)):

@@ -17,23 +17,23 @@
 //! another number under the same name is rejected ([`InvalidInput::PermitsMismatch`]), since two
 //! numbers at once would admit more holders than the smaller one allows.
 //!
-//! Owns: slots, the slot-choosing round, [`Permit`]. Must not: count holders per node.
+//! Owns: [`Semaphore`] and its slots' names, [`Permit`], the acquire calls and the reads
+//! (count, inspect). The slot-choosing round itself is `semaphore_round`'s.
+//! Must not: count holders per node, or send an attempt's commands itself.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{InvalidInput, NodeError, NodeErrorKind, Result, Vote, Votes};
+use crate::acquire_loop::WaitLine;
+use crate::error::{InvalidInput, NodeError, NodeErrorKind, Result};
 use crate::inspect::{Holder, Inspection, NodeView};
 use crate::keepalive::{KeepAlive, KeepAliveOptions, Rejected};
-use crate::lock::WaitLine;
 use crate::lock::{Lock, ReleaseReport};
-use crate::node::{Held, Queue, Slot, SlotRequest};
-use crate::quorum::{self, fan_out, Late, Outcome};
-use crate::redlock::{
-    fencing_tokens, new_token, spawn_release, Failure, Grant, Redlock, Turn, RESERVED,
-};
+use crate::quorum::{fan_out, Late};
+use crate::redlock::{Redlock, Turn, RESERVED};
+use crate::semaphore_round::{Attempt, Slots};
 
 /// The most permits one semaphore may have (each acquire script walks the slots).
 pub const MAX_PERMITS: usize = 1024;
@@ -131,13 +131,20 @@ impl Semaphore {
 
     /// The resource name of slot `i` (its lock key is [`Redlock::key`] of it).
     pub fn slot_resource(&self, i: usize) -> String {
-        crate::slots::semaphore_part(RESERVED, &self.name, &i.to_string())
+        self.slots().slot_resource(i)
     }
 
     fn meta_key(&self) -> String {
-        self.redlock.key(&crate::slots::semaphore_part(
-            RESERVED, &self.name, "permits",
-        ))
+        self.slots().meta_key()
+    }
+
+    /// The slots, as the slot-choosing round sees them.
+    fn slots(&self) -> Slots<'_> {
+        Slots {
+            redlock: &self.redlock,
+            name: &self.name,
+            permits: self.permits,
+        }
     }
 
     /// Takes a permit for `ttl`, retrying per the Redlock's [`crate::Retry`] while every permit
@@ -207,7 +214,8 @@ impl Semaphore {
                 gate,
                 turn,
             };
-            self.attempt(at).await
+            let (lock, slot) = self.slots().attempt(at).await?;
+            Ok(Permit { lock, slot })
         };
         tracing::Instrument::instrument(
             self.redlock
@@ -215,180 +223,6 @@ impl Semaphore {
             span,
         )
         .await
-    }
-
-    /// One attempt: every node takes the first free slot in one shared, randomly rotated order.
-    async fn attempt(&self, at: Attempt<'_>) -> std::result::Result<Permit, Failure> {
-        let Attempt {
-            ttl,
-            ttl_ms,
-            validity,
-            timeout,
-            gate,
-            turn,
-        } = at;
-        let inner = &self.redlock.inner;
-        let line = |turn: &Turn| gate.map(|(g, key)| inner.line_ref(g, key, turn));
-        let n = inner.nodes.len();
-        let q = inner.quorum;
-        let start = rand::random_range(0..self.permits);
-        let order: Vec<usize> = (0..self.permits)
-            .map(|k| (start + k) % self.permits)
-            .collect();
-        let slot_keys: Vec<String> = order
-            .iter()
-            .map(|&i| self.redlock.key(&self.slot_resource(i)))
-            .collect();
-        let fence_keys = if inner.fencing {
-            order
-                .iter()
-                .map(|&i| self.redlock.fence_key(&self.slot_resource(i)))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        // The Redlock's owner label, stored with the permit like a lock's.
-        let value = crate::owner::value(&new_token(), &inner.label);
-        let req = Arc::new(SlotRequest {
-            meta_key: self.meta_key(),
-            slot_keys: slot_keys.clone(),
-            fence_keys,
-            value: value.clone(),
-            ttl_ms,
-            line: line(&turn),
-        });
-        // Armed until settled: a dropped attempt releases our token from every slot, everywhere.
-        let all_slots = Arc::new(Held {
-            keys: slot_keys.clone(),
-            value: value.clone(),
-            custom: false,
-            resources: vec![self.name.clone()],
-            fence_keys: Vec::new(),
-            line: line(&turn),
-        });
-        let mut guard = Guard(Some((self.redlock.clone(), all_slots.clone())), ttl);
-        let t0 = Instant::now();
-        let Some(deadline) = t0.checked_add(validity) else {
-            guard.0 = None;
-            return Err(Failure::Expired(Duration::ZERO));
-        };
-        let (answers, sent) = match gate {
-            Some((g, _)) if turn.probe => self.probe_round(&req, g, deadline, timeout).await,
-            _ => (
-                self.slot_round(&req, None, deadline, timeout).await,
-                vec![true; n],
-            ),
-        };
-        let at_gate = gate.and_then(|(g, _)| answers[g].as_ref());
-        turn.gated.store(
-            matches!(at_gate, Some(Slot::Took { .. })),
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        // Refused by the gate's line: no grant, whatever the other nodes said (see
-        // `Redlock::attempt`).
-        if let Some(Slot::Waiting(rank)) = at_gate {
-            let winner = winning_position(&answers, self.permits, q);
-            if *rank > 0 || winner.is_none() {
-                let rank = *rank;
-                let targets =
-                    (0..n).filter(|&i| sent[i] && may_hold_other(&answers[i], usize::MAX));
-                inner.release_unawaited(&all_slots, targets, ttl).await;
-                guard.0 = None;
-                let votes = slot_votes(&answers, None);
-                return Err(Failure::Queued(votes, Queue { rank, pttl: -1 }));
-            }
-        }
-        let mut now = Instant::now();
-        let winner = winning_position(&answers, self.permits, q);
-        let mismatch = answers
-            .iter()
-            .filter_map(|a| match a {
-                Some(Slot::Mismatch(p)) => Some(p.clone()),
-                _ => None,
-            })
-            .collect::<Vec<_>>();
-        let votes = slot_votes(&answers, winner);
-        let mut failure = None;
-        if let (Some(position), true) = (winner, now < deadline) {
-            let slot = order[position];
-            let mut fencing = None;
-            if inner.fencing {
-                let counters: Vec<Option<Vec<u64>>> = answers
-                    .iter()
-                    .map(|a| match a {
-                        Some(Slot::Took { counter, .. }) => Some(vec![*counter]),
-                        _ => None,
-                    })
-                    .collect();
-                let tokens = fencing_tokens(&votes, &counters, 1);
-                let key = [self.redlock.fence_key(&self.slot_resource(slot))];
-                let raised = inner.raise_fence(&key, &tokens, deadline, timeout).await;
-                now = Instant::now();
-                if quorum::outcome(&raised.0) == Outcome::Reached && now < deadline {
-                    fencing = Some(tokens);
-                } else {
-                    failure = Some(if now < deadline {
-                        Failure::Unavailable(raised)
-                    } else {
-                        Failure::Expired(now.duration_since(t0))
-                    });
-                }
-            }
-            if failure.is_none() {
-                guard.0 = None;
-                // Nodes that set another slot, or may have: drop our token from the others.
-                let others = Arc::new(Held {
-                    keys: slot_keys
-                        .iter()
-                        .enumerate()
-                        .filter(|(p, _)| *p != position)
-                        .map(|(_, k)| k.clone())
-                        .collect(),
-                    ..clone_held(&all_slots)
-                });
-                let strays = (0..n).filter(|&i| may_hold_other(&answers[i], position));
-                inner.release_unawaited(&others, strays, ttl).await;
-                let held = Arc::new(Held {
-                    keys: vec![slot_keys[position].clone()],
-                    value,
-                    custom: false,
-                    resources: vec![self.slot_resource(slot)],
-                    fence_keys: Vec::new(),
-                    // Its release wakes the semaphore's line.
-                    line: line(&turn).map(|l| l.granted()),
-                });
-                let grant = Grant {
-                    held,
-                    t0,
-                    deadline,
-                    fencing,
-                };
-                let lock = Lock::from_grant(self.redlock.clone(), grant, ttl);
-                return Ok(Permit { lock, slot });
-            }
-        }
-        // No grant: release our token wherever it may be, without waiting.
-        let targets = (0..n).filter(|&i| sent[i] && may_hold_other(&answers[i], usize::MAX));
-        inner.release_unawaited(&all_slots, targets, ttl).await;
-        guard.0 = None;
-        if mismatch.len() >= q {
-            return Err(Failure::Rejected(InvalidInput::PermitsMismatch {
-                name: self.name.clone(),
-                asked: self.permits,
-                existing: mismatch[0].clone(),
-            }));
-        }
-        if let Some(failure) = failure {
-            return Err(failure);
-        }
-        if now >= deadline && votes.0.contains(&Vote::Pending) {
-            return Err(Failure::Expired(now.duration_since(t0)));
-        }
-        if votes.failed() > n - q {
-            Err(Failure::Unavailable(votes))
-        } else {
-            Err(Failure::Contended(votes))
-        }
     }
 
     /// How many permits are held right now, as seen on a quorum: slots whose token is on a
@@ -446,173 +280,6 @@ impl Semaphore {
             permits: self.permits,
             slots,
         })
-    }
-}
-
-/// Decided once some position has a quorum, or none can reach one any more.
-/// One attempt's parameters.
-struct Attempt<'a> {
-    ttl: Duration,
-    ttl_ms: u64,
-    validity: Duration,
-    timeout: Duration,
-    /// The semaphore's gate and line key.
-    gate: Option<(usize, &'a str)>,
-    turn: Turn,
-}
-
-impl Semaphore {
-    /// Every node (but `skip`) takes a slot at once, decided as soon as a slot's fate is known.
-    async fn slot_round(
-        &self,
-        req: &Arc<SlotRequest>,
-        skip: Option<(usize, Slot)>,
-        deadline: Instant,
-        timeout: Duration,
-    ) -> Vec<Option<Slot>> {
-        let inner = &self.redlock.inner;
-        let (n, q, permits) = (inner.nodes.len(), inner.quorum, self.permits);
-        let skipped = skip.as_ref().map(|(i, _)| *i);
-        let calls = inner
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| Some(*i) != skipped)
-            .map(|(i, node)| (i, node.clone().take_slot(req.clone(), timeout)));
-        let known = skip.clone();
-        let mut answers = fan_out(
-            n,
-            calls,
-            Some(deadline),
-            Late::Finish,
-            move |a| match &known {
-                Some((i, s)) => {
-                    let mut all = a.to_vec();
-                    all[*i] = Some(s.clone());
-                    decided(&all, permits, q)
-                }
-                None => decided(a, permits, q),
-            },
-        )
-        .await;
-        if let Some((i, s)) = skip {
-            answers[i] = Some(s);
-        }
-        answers
-    }
-
-    /// The gate alone first, then (if it took a slot) every other node; also which nodes
-    /// were sent anything.
-    async fn probe_round(
-        &self,
-        req: &Arc<SlotRequest>,
-        gate: usize,
-        deadline: Instant,
-        timeout: Duration,
-    ) -> (Vec<Option<Slot>>, Vec<bool>) {
-        let inner = &self.redlock.inner;
-        let n = inner.nodes.len();
-        let call = inner.nodes[gate].clone().take_slot(req.clone(), timeout);
-        let mut first = fan_out(n, [(gate, call)], Some(deadline), Late::Finish, |a| {
-            a[gate].is_some()
-        })
-        .await;
-        match first[gate].take() {
-            Some(took @ Slot::Took { .. }) => {
-                let answers = self
-                    .slot_round(req, Some((gate, took)), deadline, timeout)
-                    .await;
-                (answers, vec![true; n])
-            }
-            other => {
-                first[gate] = other;
-                let mut sent = vec![false; n];
-                sent[gate] = true;
-                (first, sent)
-            }
-        }
-    }
-}
-
-fn decided(answers: &[Option<Slot>], permits: usize, q: usize) -> bool {
-    let unanswered = answers.iter().filter(|a| a.is_none()).count();
-    let best = best_position(answers, permits).map_or(0, |(_, c)| c);
-    best >= q || best + unanswered < q
-}
-
-fn best_position(answers: &[Option<Slot>], permits: usize) -> Option<(usize, usize)> {
-    let mut counts = vec![0usize; permits];
-    for a in answers.iter().flatten() {
-        if let Slot::Took { position, .. } = a {
-            counts[*position] += 1;
-        }
-    }
-    counts
-        .into_iter()
-        .enumerate()
-        .max_by_key(|&(_, c)| c)
-        .filter(|&(_, c)| c > 0)
-}
-
-fn winning_position(answers: &[Option<Slot>], permits: usize, q: usize) -> Option<usize> {
-    best_position(answers, permits)
-        .filter(|&(_, c)| c >= q)
-        .map(|(p, _)| p)
-}
-
-/// Whether node's answer leaves our token on some slot other than `position`: it set another
-/// slot, or its outcome is unknown.
-fn may_hold_other(answer: &Option<Slot>, position: usize) -> bool {
-    match answer {
-        Some(Slot::Took { position: p, .. }) => *p != position,
-        Some(Slot::Full) | Some(Slot::Waiting(_)) | Some(Slot::Mismatch(_)) => false,
-        Some(Slot::Failed(_)) | None => true,
-    }
-}
-
-/// Per node, as votes (for errors): the winning slot is a grant, another slot or a full
-/// semaphore a refusal.
-fn slot_votes(answers: &[Option<Slot>], winner: Option<usize>) -> Votes {
-    Votes(
-        answers
-            .iter()
-            .map(|a| match a {
-                Some(Slot::Took { position, .. }) if Some(*position) == winner => Vote::Granted,
-                Some(Slot::Took { .. })
-                | Some(Slot::Full)
-                | Some(Slot::Waiting(_))
-                | Some(Slot::Mismatch(_)) => Vote::Refused,
-                Some(Slot::Failed(e)) => Vote::Failed(e.clone()),
-                None => Vote::Pending,
-            })
-            .collect(),
-    )
-}
-
-fn clone_held(h: &Held) -> Held {
-    Held {
-        keys: h.keys.clone(),
-        value: h.value.clone(),
-        custom: h.custom,
-        resources: h.resources.clone(),
-        fence_keys: h.fence_keys.clone(),
-        line: None,
-    }
-}
-
-/// Releases an attempt's token from every slot on every node if the attempt is dropped.
-struct Guard(Option<(Redlock, Arc<Held>)>, Duration);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some((redlock, held)) = self.0.take() {
-            spawn_release(
-                redlock.inner.clone(),
-                held,
-                self.1,
-                "semaphore acquire cancelled",
-            );
-        }
     }
 }
 
@@ -689,41 +356,5 @@ impl Permit {
     /// The lock this permit is.
     pub fn into_lock(self) -> Lock {
         self.lock
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn took(position: usize) -> Option<Slot> {
-        Some(Slot::Took {
-            position,
-            counter: 0,
-        })
-    }
-
-    #[test]
-    fn a_slot_needs_a_quorum_of_the_same_position() {
-        // N = 3, q = 2: two nodes on slot 1 win; a split 0/1/2 decides "none".
-        let a = [took(1), took(1), None];
-        assert!(decided(&a, 4, 2));
-        assert_eq!(winning_position(&a, 4, 2), Some(1));
-        let split = [took(0), took(1), took(2)];
-        assert!(decided(&split, 4, 2));
-        assert_eq!(winning_position(&split, 4, 2), None);
-        let open = [took(0), None, Some(Slot::Full)];
-        assert!(!decided(&open, 4, 2));
-        let lost = [took(0), Some(Slot::Full), Some(Slot::Full)];
-        assert!(decided(&lost, 4, 2));
-        assert_eq!(winning_position(&lost, 4, 2), None);
-    }
-
-    #[test]
-    fn clean_up_targets() {
-        assert!(!may_hold_other(&took(1), 1));
-        assert!(may_hold_other(&took(0), 1));
-        assert!(may_hold_other(&None, 1));
-        assert!(!may_hold_other(&Some(Slot::Full), 1));
     }
 }

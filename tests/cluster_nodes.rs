@@ -282,8 +282,8 @@ async fn a_migrating_slot_leaks_nothing_and_never_grants_twice() {
     let mut clusters = clusters(3, 3).await;
     // Without fencing: a fencing counter left on the source with its lock key absent makes the
     // fenced script a multi-key request across a half-moved slot, which Redis refuses
-    // (TRYAGAIN) until the counter has moved: that node's vote fails for the attempt (README,
-    // "Redis Cluster nodes").
+    // (TRYAGAIN) until the counter has moved: that node's vote fails for the attempt
+    // (docs/operations.md, "Redis Cluster nodes").
     let redlock = redlock(&clusters, false).await;
     let r = resource_on(&clusters[0], 0, "moving").await;
     let key = format!("{PREFIX}{r}");

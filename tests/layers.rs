@@ -22,9 +22,12 @@ const LAYERS: &[&[&str]] = &[
     &["node", "quorum"],
     &["background", "pacing", "subscriber"],
     &["redlock"],
+    &["acquire_loop"],
     &["lock", "inspect", "leader"],
+    &["status"],
     &["renewal", "force", "observe"],
     &["keepalive"],
+    &["semaphore_round", "rwlock_round", "campaign"],
     &["with_lock", "election", "semaphore", "lease", "rwlock"],
     &["config"],
 ];

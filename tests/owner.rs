@@ -1,4 +1,4 @@
-//! Owner labels stored with the lock (issue 12, part 2): inspect shows who holds a lock on every
+//! Owner labels stored with the lock: inspect shows who holds a lock on every
 //! node, never the secret token; the token alone still decides who may extend or release; a
 //! caller's own token; labels and tokens checked; a lock broken by force.
 

@@ -1,7 +1,7 @@
 //! ACL users and TLS, against local redis-server nodes: every operation works for an ACL user
-//! limited to fredlock's key prefix and the commands fredlock sends (the rule the README gives
-//! operators), the same user cannot touch other keys, a user missing a command gets the
-//! server's NOPERM in the error, and `rediss://` URLs work with a private CA.
+//! limited to fredlock's key prefix and the commands fredlock sends (the rule
+//! docs/operations.md gives operators), the same user cannot touch other keys, a user missing a
+//! command gets the server's NOPERM in the error, and `rediss://` URLs work with a private CA.
 //!
 //! One `#[test]` per concern, each with its own runtime: the TLS test sets `SSL_CERT_FILE` (the
 //! variable rustls' native roots read), which is process-wide, so it runs in this binary alone.
@@ -17,7 +17,7 @@ use fredlock_testkit::{LocalNodes, RespValue};
 const PASSWORD: &str = "locker-secret-7";
 const TTL: Duration = Duration::from_secs(10);
 
-/// The ACL rule from the README (user name and password aside), for prefix `fredlock:`.
+/// The ACL rule from docs/operations.md (user name and password aside), for prefix `fredlock:`.
 const RULE: &[&str] = &[
     "on",
     "resetkeys",
@@ -88,7 +88,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// Every operation as a user who may only touch `fredlock:*` keys and channels and run the
-/// commands of the README's rule; the ACL log stays empty (nothing was refused).
+/// commands of the documented rule; the ACL log stays empty (nothing was refused).
 #[test]
 fn an_acl_user_limited_to_the_prefix_can_do_everything() {
     runtime().block_on(async {
@@ -212,8 +212,8 @@ fn the_acl_limits_hold_and_a_missing_command_is_named() {
     });
 }
 
-/// `rediss://` URLs with a private CA (trusted through `SSL_CERT_FILE`, as the README tells
-/// operators) and the ACL user on top: every operation works over TLS; without the CA the
+/// `rediss://` URLs with a private CA (trusted through `SSL_CERT_FILE`, as docs/operations.md
+/// tells operators) and the ACL user on top: every operation works over TLS; without the CA the
 /// error says the certificate is not trusted.
 #[test]
 fn tls_with_a_private_ca_and_an_acl_user() {
@@ -286,8 +286,8 @@ fn certificates() -> (String, String, String) {
     (ca.pem(), cert.pem(), key.serialize_pem())
 }
 
-/// Cluster nodes as the same ACL user, with the two extra commands the README names for them
-/// (`CLUSTER SLOTS` for the slot table, `ASKING` for redirects): locks, multi-resource across
+/// Cluster nodes as the same ACL user, with the two extra commands docs/operations.md names for
+/// them (`CLUSTER SLOTS` for the slot table, `ASKING` for redirects): locks, multi-resource across
 /// slots, fencing and a semaphore, with every shard's ACL log empty.
 #[test]
 fn an_acl_user_on_cluster_nodes() {

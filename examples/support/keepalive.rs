@@ -256,7 +256,8 @@ pub async fn child(
     let (rss0, heap0) = (resident_bytes(), LIVE.load(Ordering::Relaxed));
     trim();
     let trimmed0 = resident_bytes();
-    // Room for every guard (the caller's storage counts, as in README row (d)), or every lock.
+    // Room for every guard (the caller's storage counts, as in row (d) of `make bench`), or
+    // every lock.
     let (mut guards, mut plain) = match variant {
         Variant::Plain => (Vec::new(), Vec::with_capacity(locks)),
         _ => (Vec::with_capacity(locks), Vec::new()),

@@ -20,7 +20,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use fredlock::{Error, Redlock};
 
-/// Exit codes, documented in `--help` and the README.
+/// Exit codes, documented in `--help` and docs/operations.md.
 pub mod exit {
     /// Success.
     pub const OK: i32 = 0;

@@ -47,7 +47,7 @@ async fn window() -> Window {
 }
 
 /// fredlock's client for `client` (default settings but the retry: unbounded, every 5 ms plus
-/// up to 5 ms of jitter, as in the measurements).
+/// up to 5 ms of jitter, as in the other contention benchmarks).
 async fn redlock(urls: &[String], client: Client) -> Redlock {
     Redlock::builder()
         .nodes(urls.to_vec())

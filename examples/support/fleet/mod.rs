@@ -16,7 +16,7 @@
 //! process); the handover is the time from one leader's resign to the next leader's `leader()`
 //! returning (both read from the wall clock, on one machine).
 //!
-//! Submodules: `child` (what a child process does), `table` (the printed table and the issue's
+//! Submodules: `child` (what a child process does), `table` (the printed table and the fleet
 //! targets with their ratios).
 
 pub mod child;

@@ -1,4 +1,4 @@
-//! Every cell of the fleet table, measured in one run, and the table with the targets
+//! Every cell of the fleet table, measured in one run, and the table with the fleet targets
 //! next to the figures.
 
 use std::sync::Arc;
@@ -178,7 +178,7 @@ fn target(what: &str, figure: String, against: String, ratio: f64, met: bool) {
 }
 
 impl Fleet {
-    /// The targets, each with the measured figures and the ratio (fredlock default;
+    /// The fleet targets, each with the measured figures and the ratio (fredlock default;
     /// polling's figure beside it for comparison).
     pub fn print_targets(&self) {
         let (m, d, p, r) = (
