@@ -240,6 +240,14 @@ impl<'a> Acquiring<'a> {
         if let Failure::Rejected(e) = failure {
             return Decision::GiveUp(e.into());
         }
+        // Refused (NOPERM) by so many nodes that no retry can succeed: say so at once.
+        if let Failure::Unavailable(votes) = &failure {
+            let subject = format!("lock {}", Names(self.resources.to_vec()));
+            let quorum = self.redlock.quorum();
+            if let Some(e) = crate::error::not_permitted(subject, votes, quorum) {
+                return Decision::GiveUp(e);
+            }
+        }
         tracing::trace!(attempt = self.attempts, "attempt failed");
         let queue = match &failure {
             Failure::Queued(_, q) if q.rank >= 0 => Some(*q),

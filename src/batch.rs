@@ -9,12 +9,15 @@
 //!
 //! How, per node:
 //! - **Direct when idle.** An operation that finds nothing of this node's hot path in flight
-//!   and nothing queued is sent by its caller at once, exactly as before (a plain `SET` or the
-//!   release script): a serial caller pays no hop and no batching.
+//!   and nothing queued is sent by its caller at once, in its plain form: a serial caller pays
+//!   no hop and no batching. The plain form of an acquire is `SET NX`; of a release, the
+//!   node's native compare-and-delete where it has one (`DELIFEQ`, `DELEX`: see `caps`,
+//!   `native`), else the release script by EVALSHA (see [`release_script`]).
 //! - **Queued otherwise.** Anything else joins the node's queue; one batcher task per node
 //!   takes everything queued (up to [`MAX_OPS`]), sends it as one `EVAL` of
-//!   [`BATCH`](crate::scripts) (a lone operation in its plain form), and waits for the answer
-//!   before it sends the next batch, so operations arriving meanwhile accumulate.
+//!   [`BATCH`](crate::scripts) (a lone operation, or every operation on a node whose user may
+//!   not run scripts, in its plain form, written together), and waits for the answer before it
+//!   sends the next batch, so operations arriving meanwhile accumulate.
 //!
 //! What it keeps, and why each holds:
 //! - **Per-node order.** The queue is FIFO and the script runs its operations in queue order; a
@@ -26,7 +29,9 @@
 //!   that fails or times out fails every operation it carried, whose outcome then counts as
 //!   unknown (an acquire cleans up there, a release is retried by `background`), exactly as
 //!   for a single command.
-//! - **No NOSCRIPT.** The batch script is always sent whole (`EVAL`), like the release.
+//! - **No NOSCRIPT for a batch.** The batch script is always sent whole (`EVAL`): a resent
+//!   batch could set a key after the release queued behind it. A lone release goes by EVALSHA
+//!   and is resent with EVAL on `NOSCRIPT`, which is safe for a release (see [`release_script`]).
 //! - **Timeouts.** Each operation keeps its deadline: one still queued when it passes is
 //!   answered with a timeout and never sent (as fred skips a timed-out command it has not
 //!   written); a batch's fred timeout is the earliest deadline among its operations.
@@ -315,11 +320,12 @@ impl Drop for Batch {
     }
 }
 
-/// One operation in its plain form: the typed `SET` (fred batches those into one write) or the
-/// release script with `EVAL`, with fredlock's options.
+/// One operation in its plain form, with fredlock's options: the typed `SET` (fred batches
+/// those into one write), or the release: the node's native compare-and-delete when it has one
+/// (`native`), else the release script (see [`release_script`]).
 async fn send_one(
     client: &Client,
-    state: &State,
+    state: &Arc<State>,
     held: &Held,
     kind: Kind,
     timeout: Duration,
@@ -327,10 +333,10 @@ async fn send_one(
     let Some(key) = held.keys.first() else {
         return Ok(Value::Integer(0));
     };
-    let client = client.with_options(&options(timeout));
-    let reply = match kind {
+    match kind {
         Kind::Acquire { ttl_ms } => {
-            let set = client.set::<Value, _, _>(
+            let with = client.with_options(&options(timeout));
+            let set = with.set::<Value, _, _>(
                 key.as_str(),
                 held.value.as_str(),
                 Some(Expiration::PX(ttl_ms as i64)),
@@ -338,21 +344,127 @@ async fn send_one(
                 false,
             );
             // Boxed: fred's command futures are ~5 KB (see `node`).
-            Box::pin(set).await
+            Box::pin(set).await.map_err(|e| state.error(&e))
         }
         Kind::Release => {
-            let script = &Scripts::get().release;
-            let args = vec![
-                Value::from(script.body),
-                Value::Integer(1),
-                Value::from(key.as_str()),
-                Value::from(held.value.as_str()),
-            ];
-            let eval = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
-            Box::pin(client.custom::<Value, Value>(eval, args)).await
+            let native = crate::native::release(client, state, key, &held.value, timeout);
+            match Box::pin(native).await {
+                Some(reply) => reply,
+                None => match state.caps.no_script() {
+                    // Nothing of ours can be here: acquires send nothing to such a node.
+                    Some(message) => Err(NodeError {
+                        node: state.name.clone(),
+                        kind: NodeErrorKind::Permission,
+                        message,
+                    }),
+                    None => release_script(client, state, held, key, timeout).await,
+                },
+            }
         }
+    }
+}
+
+/// The release script for one key. EVAL the first time on each connection (which puts the
+/// script in the server's cache: a fresh or restarted server never answers `NOSCRIPT`, so the
+/// release keeps its place in this node's order), EVALSHA from then on, and on `NOSCRIPT`
+/// (someone flushed the cache) EVAL at once, which then lands after whatever this process sent
+/// the node meanwhile. A caller
+/// that stops waiting after the EVALSHA was handed to fred leaves the rest to a task (see
+/// [`Finish`]), so a `NOSCRIPT` answer is never left without its resend. Resent late, a release
+/// still deletes only its own token, which no later command of ours stores (tokens are fresh per
+/// attempt). With a caller's token (repeated across attempts) always EVAL: a late resend could
+/// delete the next attempt's key.
+async fn release_script(
+    client: &Client,
+    state: &Arc<State>,
+    held: &Held,
+    key: &str,
+    timeout: Duration,
+) -> Result<Value, NodeError> {
+    let script = &Scripts::get().release;
+    let args = |first: &str| {
+        vec![
+            Value::from(first),
+            Value::Integer(1),
+            Value::from(key),
+            Value::from(held.value.as_str()),
+        ]
     };
-    reply.map_err(|e| state.error(&e))
+    if held.custom || !state.caps.release_cached() {
+        let cmd = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
+        let with = client.with_options(&options(timeout));
+        let call = with.custom::<Value, Value>(cmd, args(script.body));
+        let reply = Box::pin(call).await.map_err(|e| state.error(&e));
+        if reply.is_ok() {
+            state.caps.set_release_cached(true);
+        }
+        return reply;
+    }
+    let (client, state) = (client.clone(), state.clone());
+    let (sha, body) = (args(&script.sha), args(script.body));
+    Finish::new(async move {
+        let with = client.with_options(&options(timeout));
+        let cmd = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
+        match Box::pin(with.custom::<Value, Value>(cmd, sha)).await {
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                tracing::debug!(node = %state.name, "NOSCRIPT: resending the release with EVAL");
+                state.caps.set_release_cached(false);
+                let cmd = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
+                let call = with.custom::<Value, Value>(cmd, body);
+                Box::pin(call).await.map_err(|e| state.error(&e))
+            }
+            other => other.map_err(|e| state.error(&e)),
+        }
+    })
+    .await
+}
+
+type Boxed = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, NodeError>> + Send>>;
+
+/// A release that, once handed to fred (polled once), runs to its end even if its caller
+/// stops waiting: dropped half-way, the rest (waiting for the answer, and the EVAL after a
+/// `NOSCRIPT`) moves to a task. Dropped before its first poll, nothing was sent, and nothing is.
+struct Finish {
+    work: Option<Boxed>,
+    polled: bool,
+}
+
+impl Finish {
+    fn new(
+        work: impl std::future::Future<Output = Result<Value, NodeError>> + Send + 'static,
+    ) -> Finish {
+        Finish {
+            work: Some(Box::pin(work)),
+            polled: false,
+        }
+    }
+}
+
+impl std::future::Future for Finish {
+    type Output = Result<Value, NodeError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        self.polled = true;
+        let Some(work) = self.work.as_mut() else {
+            return std::task::Poll::Pending;
+        };
+        let out = std::task::ready!(work.as_mut().poll(cx));
+        self.work = None;
+        std::task::Poll::Ready(out)
+    }
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        if let (true, Some(work)) = (self.polled, self.work.take()) {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(work);
+            }
+        }
+    }
 }
 
 /// Marks the batcher as gone when its task ends, however it ends (the node closed, or the
@@ -412,7 +524,7 @@ async fn batcher(client: Client, state: Arc<State>, shared: Arc<Shared>) {
 
 /// Sends `ops` as one call and answers each. Operations whose deadline passed are answered
 /// with a timeout and not sent.
-async fn send_batch(client: &Client, state: &State, shared: &Arc<Shared>, ops: Vec<Op>) {
+async fn send_batch(client: &Client, state: &Arc<State>, shared: &Arc<Shared>, ops: Vec<Op>) {
     let now = Instant::now();
     // A release nobody waits for is sent late rather than not at all (it deletes only its own
     // token, and its SET was sent before it).
@@ -442,9 +554,15 @@ async fn send_batch(client: &Client, state: &State, shared: &Arc<Shared>, ops: V
                 .max(Duration::from_millis(1))
         });
     let mut orphans = Vec::new();
-    if live.len() == 1 {
-        if let Some(op) = live.into_iter().next() {
-            let reply = send_one(client, state, &op.held, op.kind, timeout).await;
+    // One operation, or a user who may not run scripts: each in its plain form (written
+    // together, in queue order, on the node's one connection).
+    if live.len() == 1 || state.caps.scripts() == crate::caps::Scripts::Denied {
+        let replies = futures::future::join_all(
+            live.iter()
+                .map(|op| send_one(client, state, &op.held, op.kind, timeout)),
+        )
+        .await;
+        for (op, reply) in live.into_iter().zip(replies) {
             answer(op, reply, &mut orphans);
         }
         resend(client, shared, orphans);

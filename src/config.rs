@@ -256,7 +256,12 @@ impl Builder {
     /// a service can start while nodes are down (acquires fail with [`Error::Unavailable`]
     /// until a quorum is back). It fails with [`Error::Connect`] (in strict mode, or not) when
     /// so many nodes refuse the credentials (`NOAUTH`, `WRONGPASS`) that no quorum accepts
-    /// them: that is a configuration mistake, not an outage. Each node that does not count is
+    /// them: that is a configuration mistake, not an outage. It fails with
+    /// [`Error::NotPermitted`] when so many nodes can grant no lock at all that no quorum is
+    /// left: their user may not run Lua scripts and the server has no native compare-and-delete
+    /// (`DELIFEQ`: Valkey >= 9.0; `DELEX`: Redis >= 8.4), so a key set there could be neither
+    /// released nor extended (with fewer such nodes, each is logged at WARN and never sent a
+    /// lock's `SET`). Each node that does not count is
     /// logged at WARN level once per change of its state (with the server's words), and the
     /// `fredlock_node_usable` gauge (feature `metrics`) says which nodes count. Must be called inside a tokio runtime, and the `Redlock` must be
     /// used in that runtime (fred's connection tasks live there).
@@ -328,6 +333,9 @@ impl Builder {
             }
         }
         let q = quorum::quorum(nodes.len());
+        if let Some(e) = no_lock(&nodes, q) {
+            return Err(e);
+        }
         let down: Vec<NodeError> = nodes
             .iter()
             .filter(|n| n.state.counts().is_err())
@@ -371,6 +379,30 @@ impl Builder {
             wake,
         }))
     }
+}
+
+/// The nodes where no lock can ever be granted (this user may not run scripts, and the server
+/// has no native compare-and-delete: a key set there could be neither released nor extended),
+/// each logged at WARN; [`Error::NotPermitted`] when they leave fewer than a quorum.
+fn no_lock(nodes: &[Arc<Node>], quorum: usize) -> Option<Error> {
+    let failures: Vec<NodeError> = nodes
+        .iter()
+        .filter_map(|n| {
+            let message = n.state.caps.no_lock()?;
+            tracing::warn!(node = %n.name, "fredlock: no lock can be taken on this node: {message}");
+            Some(NodeError {
+                node: n.name.clone(),
+                kind: NodeErrorKind::Permission,
+                message,
+            })
+        })
+        .collect();
+    (nodes.len() - failures.len() < quorum).then(|| Error::NotPermitted {
+        subject: "every lock".into(),
+        nodes: nodes.len(),
+        quorum,
+        failures,
+    })
 }
 
 fn duplicate(first: usize, a: &Node, second: usize, b: &Node, how: String) -> Error {

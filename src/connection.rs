@@ -6,6 +6,10 @@
 //! (and after every reconnect) each node asks `INFO server` for the server's `run_id`; a node whose
 //! server already answers for another entry is not counted ([`NodeErrorKind::Duplicate`]).
 //!
+//! Right after that `INFO`, at every (re)connect and before the node counts, `caps::probe`
+//! learns what this user may do without Lua (scripts allowed? `DELIFEQ` / `DELEX`?), kept in
+//! [`State::caps`].
+//!
 //! Owns: connecting, reconnect bookkeeping, classifying fred's errors, identity.
 //! Must not: send lock commands or count votes.
 
@@ -94,6 +98,8 @@ pub(crate) struct State {
     /// fred's connection task runs (a first connection succeeded, or the client came connected).
     started: std::sync::atomic::AtomicBool,
     servers: Arc<Servers>,
+    /// What the server lets this user do without Lua (probed at every (re)connect).
+    pub(crate) caps: crate::caps::Caps,
 }
 
 impl State {
@@ -108,6 +114,7 @@ impl State {
             closed: watch::Sender::new(false),
             started: Default::default(),
             servers,
+            caps: Default::default(),
         })
     }
 
@@ -259,6 +266,8 @@ pub(crate) fn classify(e: &fred::error::Error) -> (NodeErrorKind, String) {
             let d = e.details();
             if d.starts_with("NOAUTH") || d.starts_with("WRONGPASS") {
                 NodeErrorKind::Auth
+            } else if d.starts_with("NOPERM") {
+                NodeErrorKind::Permission
             } else if d.contains("Failed to route command") {
                 // fred's words when the node's connection is down.
                 NodeErrorKind::Connection
@@ -472,15 +481,28 @@ async fn identify(client: &Client, state: &State) {
             .with_options(&options(Duration::from_secs(2)))
             .custom::<Value, Value>(info, vec![Value::from("server")])
             .await;
+        let info = match &reply {
+            Ok(value) => value.as_str().map(|s| s.to_string()),
+            Err(_) => None,
+        };
+        let answered = match &reply {
+            Ok(_) => true,
+            Err(e) => e.details().contains("NOPERM"),
+        };
+        // What this user may do without Lua, learnt before the node counts (a probe that got
+        // no answer is retried like INFO).
+        let probed = answered && crate::caps::probe(client, info.as_deref(), &state.caps).await;
         let identity = match reply {
-            Ok(value) => match value.as_str().as_deref().and_then(run_id) {
+            Ok(_) if probed => match info.as_deref().and_then(run_id) {
                 Some(id) => state.servers.record(state.index, &state.name, id),
                 None => Identity::Unverifiable,
             },
-            Err(e) if e.details().contains("NOPERM") => Identity::Unverifiable,
-            Err(e) => {
-                state.set_cause(Some(classify(&e)));
-                state.observe();
+            Err(_) if probed => Identity::Unverifiable,
+            other => {
+                if let Err(e) = other {
+                    state.set_cause(Some(classify(&e)));
+                    state.observe();
+                }
                 if *state.closed.borrow() {
                     return;
                 }

@@ -47,6 +47,20 @@ pub enum NodeErrorKind {
     /// This entry reaches the same server as an earlier one (same `run_id`), so it is not counted:
     /// one server must never vote twice.
     Duplicate,
+    /// The server refused the command to this ACL user (`NOPERM`): a command the user may not
+    /// run (a Lua script for a user without `+@scripting`), or a key outside the user's
+    /// patterns. The message has the server's words and the fix. Retrying cannot help.
+    Permission,
+}
+
+impl NodeErrorKind {
+    /// Whether the node answered (with an error): it is reachable, whatever it said.
+    pub fn answered(self) -> bool {
+        matches!(
+            self,
+            NodeErrorKind::Server | NodeErrorKind::UnexpectedReply | NodeErrorKind::Permission
+        )
+    }
 }
 
 impl fmt::Display for NodeError {
@@ -66,6 +80,7 @@ impl fmt::Display for NodeErrorKind {
             NodeErrorKind::Tls => "TLS",
             NodeErrorKind::Client => "client",
             NodeErrorKind::Duplicate => "duplicate server",
+            NodeErrorKind::Permission => "permission",
         })
     }
 }
@@ -110,6 +125,11 @@ impl Votes {
     /// How many nodes failed or timed out.
     pub fn failed(&self) -> usize {
         self.failures().count()
+    }
+    /// How many nodes answered: granted, refused, or answered with an error (a node that
+    /// answered `NOPERM` is reachable).
+    pub fn answered(&self) -> usize {
+        self.granted() + self.refused() + self.failures().filter(|e| e.kind.answered()).count()
     }
 }
 
@@ -391,6 +411,24 @@ pub enum Error {
         /// The election.
         resource: String,
     },
+    /// So many nodes refuse what this needs to this ACL user ([`NodeErrorKind::Permission`]:
+    /// `NOPERM`) that no quorum can ever grant it; returned at once, never retried. Each failure
+    /// names the node, has the server's words and the fix: for example a semaphore on nodes
+    /// whose user may not run Lua scripts (grant `+@scripting`), or, from `build()`, nodes where
+    /// no lock can be taken at all because the user may not run scripts and the server has no
+    /// `DELIFEQ` (grant `+@scripting`, or use Valkey >= 9.0 / Redis >= 8.4). Nothing was left
+    /// behind on the nodes.
+    #[error("{subject}: refused by {} of {nodes} nodes, so no quorum of {quorum} can grant it: {}", .failures.len(), join(.failures))]
+    NotPermitted {
+        /// What was refused: `lock orders:42`, or `locks` (from `build()`).
+        subject: String,
+        /// Configured nodes.
+        nodes: usize,
+        /// The quorum.
+        quorum: usize,
+        /// Each node that refused, with the server's words and the fix.
+        failures: Vec<NodeError>,
+    },
     /// The input or configuration was rejected before anything was sent.
     #[error("invalid input: {0}")]
     InvalidInput(#[from] InvalidInput),
@@ -415,9 +453,13 @@ fn unavailable_text(
     (nodes, quorum, reachable): (usize, usize, usize),
     votes: &Votes,
 ) -> String {
+    let errors = votes.failures().filter(|e| e.kind.answered()).count();
     match round {
-        Round::Acquire => format!(
+        Round::Acquire if errors == 0 => format!(
             "lock {resources}: not enough nodes reachable: {reachable} of {nodes} answered, {quorum} needed, after {attempts} attempt(s) ({votes})"
+        ),
+        Round::Acquire => format!(
+            "lock {resources}: no quorum: {reachable} of {nodes} nodes answered, {errors} of them with an error, {quorum} grants needed, after {attempts} attempt(s) ({votes})"
         ),
         Round::Extend => format!(
             "lock {resources}: extension not confirmed: {}; {quorum} needed (the lock stays valid until its current deadline: retry, or stop the work by then)",
@@ -472,6 +514,24 @@ fn tally(votes: &Votes, did: &str, gone: &str) -> String {
 fn join(failures: &[NodeError]) -> String {
     let v: Vec<String> = failures.iter().map(ToString::to_string).collect();
     v.join("; ")
+}
+
+/// [`Error::NotPermitted`] for `subject` when the nodes that refused with
+/// [`NodeErrorKind::Permission`] leave fewer than `quorum` of the `votes`' nodes: no retry can
+/// succeed.
+pub(crate) fn not_permitted(subject: String, votes: &Votes, quorum: usize) -> Option<Error> {
+    let failures: Vec<NodeError> = votes
+        .failures()
+        .filter(|e| e.kind == NodeErrorKind::Permission)
+        .cloned()
+        .collect();
+    let nodes = votes.0.len();
+    (nodes.saturating_sub(failures.len()) < quorum).then_some(Error::NotPermitted {
+        subject,
+        nodes,
+        quorum,
+        failures,
+    })
 }
 
 /// Why a kept-alive lock stopped being held.

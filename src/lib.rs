@@ -41,7 +41,9 @@
 //!
 //! 0. [`error`]: errors and plain value types (`Votes`, `NodeError`, `LostReason`). Imports nothing of ours.
 //!    Just above it, `metrics`: counters and histograms through the `metrics` facade (feature
-//!    `metrics`; empty functions without it); observes, never decides.
+//!    `metrics`; empty functions without it); observes, never decides. Beside it, `caps`: what
+//!    one node's user may do without Lua (run scripts? `DELIFEQ` / `DELEX`?), probed at every
+//!    (re)connect.
 //! 1. `endpoint` (node URLs checked and redacted by structure), `scripts` (every Lua script with
 //!    its KEYS/ARGV contract), `connection` (one node's connect loop, its latest cause of failure
 //!    in the server's words, the server's `run_id` so one server never votes twice), `reply`
@@ -54,6 +56,8 @@
 //!    label and token checks, fingerprints; pure).
 //! 2. `cluster`: a node that is a Redis Cluster: its slot table, one fred client per shard,
 //!    `MOVED`/`ASK` redirects followed without ever replaying a command of unknown outcome.
+//!    `native`: a one-key lock's release, extension and inspection without Lua (`DELIFEQ`,
+//!    `DELEX`, `SET ... IFEQ`). Just above them,
 //!    `batch`: a single server's hot path (single-key acquire and release): sent at once when
 //!    the node is idle, otherwise queued and sent as one script call per node per round trip,
 //!    in order, never replayed.
@@ -101,6 +105,7 @@ mod acquire_loop;
 mod background;
 mod batch;
 mod campaign;
+mod caps;
 mod cluster;
 pub mod config;
 mod connection;
@@ -115,6 +120,7 @@ mod lease;
 mod line;
 mod lock;
 mod metrics;
+mod native;
 mod node;
 mod observe;
 mod owner;

@@ -109,6 +109,7 @@ fn kind_label(kind: NodeErrorKind) -> Option<&'static str> {
         NodeErrorKind::Auth => "auth",
         NodeErrorKind::Tls => "tls",
         NodeErrorKind::Client => "client",
+        NodeErrorKind::Permission => "permission",
         NodeErrorKind::Duplicate => return None,
     })
 }

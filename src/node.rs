@@ -13,6 +13,13 @@
 //! - `fail_fast`: while a node is disconnected its commands fail at once instead of queueing;
 //! - the command queue is bounded.
 //!
+//! Without Lua: on a single server whose user may run `DELIFEQ` (Valkey >= 9.0) or `DELEX`
+//! (Redis >= 8.4, untested), a one-key lock's release and extension go through them (`native`),
+//! except on the lock's gate node while it keeps a wait line; every script call on a node whose
+//! user may not run scripts fails at once, unsent, with [`NodeErrorKind::Permission`] and the
+//! fix; and a node that can neither run scripts nor compare-and-delete natively is never sent
+//! a lock's `SET` (see `caps`).
+//!
 //! Owns: the fred client of one node, its per-command options, the arguments of each command.
 //! Must not: decode a reply by hand (reply), count votes across nodes (quorum) or decide anything
 //! about a lock (redlock).
@@ -123,9 +130,9 @@ impl Held {
     }
 }
 
-/// The server refused a script to this user (`NOPERM ... 'eval'`).
+/// The server refused a script to this user (`NOPERM ... 'eval'`), or it was known to.
 fn scripts_denied(e: &NodeError) -> bool {
-    e.kind == NodeErrorKind::Server && e.message.contains("NOPERM") && e.message.contains("eval")
+    e.kind == NodeErrorKind::Permission
 }
 
 /// The gate scripts' arguments after a semaphore's own: member, lease, channel prefix.
@@ -344,16 +351,21 @@ impl Node {
         timeout: Duration,
         args: impl Fn(&str) -> Vec<Value>,
     ) -> Result<Value, NodeError> {
-        if script.always_eval {
-            return self.call("EVAL", 2, args(script.body), timeout).await;
+        if let Some(e) = crate::native::scripts_refused(&self.state) {
+            return Err(e);
         }
-        match self.call("EVALSHA", 2, args(&script.sha), timeout).await {
+        if script.always_eval {
+            let reply = self.call("EVAL", 2, args(script.body), timeout).await;
+            return crate::native::scripted(&self.state, reply);
+        }
+        let reply = match self.call("EVALSHA", 2, args(&script.sha), timeout).await {
             Err(e) if e.kind == NodeErrorKind::Server && e.message.contains("NOSCRIPT") => {
                 tracing::debug!(node = %self.name, "NOSCRIPT: resending the script with EVAL");
                 self.call("EVAL", 2, args(script.body), timeout).await
             }
             other => other,
-        }
+        };
+        crate::native::scripted(&self.state, reply)
     }
 
     /// The release script over `held`'s keys; on a cluster node, a redirected resend waits for
@@ -428,6 +440,15 @@ impl Node {
         // vote: nothing is sent, so nothing needs cleaning up there.
         if let Err(e) = self.state.counts() {
             return Acquired::plain(Vote::Failed(e));
+        }
+        // Neither scripts nor a native compare-and-delete: a key set here could never be
+        // released nor extended, so nothing is set.
+        if let Some(message) = self.state.caps.no_lock() {
+            return Acquired::plain(Vote::Failed(NodeError {
+                node: self.name.clone(),
+                kind: NodeErrorKind::Permission,
+                message,
+            }));
         }
         if let Some(line) = self.gated(&held.line) {
             let _running = self.inflight(&held.value);
@@ -715,9 +736,26 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
     ) -> Vote {
+        if let Some(vote) = self.extend_native(&held, ttl_ms, timeout).await {
+            return vote;
+        }
         let scripts = crate::scripts::Scripts::get();
         self.ttl_script(&scripts.extend, held, ttl_ms, timeout)
             .await
+    }
+
+    /// A one-key lock's extension with `SET ... IFEQ` (see `native`) on a single server that
+    /// has it; `None` where the script does it.
+    async fn extend_native(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Option<Vote> {
+        let (Backend::Server(client), [key]) = (&self.backend, held.keys.as_slice()) else {
+            return None;
+        };
+        if let Err(e) = self.state.counts() {
+            return Some(Vote::Failed(e));
+        }
+        let reply =
+            crate::native::extend(client, &self.state, key, &held.value, ttl_ms, timeout).await?;
+        Some(reply::set_nx(&self.name, reply))
     }
 
     /// Lowers the TTL of every key to `ttl_ms` if all still hold our token (a key already
@@ -804,6 +842,9 @@ impl Node {
         if let Err(e) = self.state.counts() {
             return vec![Vote::Failed(e); batch.len()];
         }
+        if let Some(votes) = self.extend_many_native(&batch, timeout).await {
+            return votes;
+        }
         // One script per TTL (and, on a cluster, per hash slot); a lock's keys may span slots.
         let mut groups: Vec<(u64, Vec<Part>)> = Vec::new();
         let mut index: std::collections::HashMap<(u64, u16), usize> = Default::default();
@@ -851,6 +892,28 @@ impl Node {
                 false => all(votes),
             })
             .collect()
+    }
+
+    /// On a single server with `SET ... IFEQ` and only one-key locks in `batch`: one command
+    /// per lock (see `native`); `None` where the batched script does it.
+    async fn extend_many_native(
+        &self,
+        batch: &[Extension],
+        timeout: Duration,
+    ) -> Option<Vec<Vote>> {
+        let Backend::Server(client) = &self.backend else {
+            return None;
+        };
+        let items = batch
+            .iter()
+            .map(|x| (x.held.keys.as_slice(), x.held.value.as_str(), x.ttl_ms));
+        let replies = crate::native::extend_many(client, &self.state, items, timeout).await?;
+        Some(
+            replies
+                .into_iter()
+                .map(|r| reply::set_nx(&self.name, r))
+                .collect(),
+        )
     }
 
     /// One batched extend script over `parts` of `batch`, all with `ttl_ms`: one vote per part.
@@ -1027,8 +1090,14 @@ impl Node {
         args.push(Value::Integer(crate::line::LEASE.as_millis() as i64));
         args.push(Value::from(line.local.prefix()));
         args.push(Value::from(format!("{:08x}", rand::random::<u32>())));
+        if let Some(e) = crate::native::scripts_refused(&self.state) {
+            return Err(e);
+        }
         match &self.backend {
-            Backend::Server(_) => self.call("EVAL", 2, args, timeout).await,
+            Backend::Server(_) => {
+                let reply = self.call("EVAL", 2, args, timeout).await;
+                crate::native::scripted(&self.state, reply)
+            }
             Backend::Cluster(shards) => {
                 let Some(first) = held.keys.first() else {
                     return Ok(Value::Array(vec![Value::Integer(0), Value::from("")]));
@@ -1086,6 +1155,16 @@ impl Node {
         key: String,
         timeout: Duration,
     ) -> Result<Option<(String, i64)>, NodeError> {
+        // Where scripts are denied but plain locks work: GET and PTTL (see `native`).
+        if let (Backend::Server(client), true) = (&self.backend, self.state.caps.lua_free_only()) {
+            if let Err(e) = self.state.counts() {
+                if e.kind == NodeErrorKind::Duplicate {
+                    return Err(e);
+                }
+            }
+            let reply = crate::native::inspect(client, &self.state, &key, timeout).await;
+            return reply::holder(&self.name, reply);
+        }
         // INSPECT takes no ARGV, but `script` always appends the value; Redis ignores it.
         let scripts = crate::scripts::Scripts::get();
         self.holder_script(&scripts.inspect, key, None, timeout)

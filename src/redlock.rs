@@ -1051,7 +1051,7 @@ impl Inner {
             attempts,
             nodes: self.nodes.len(),
             quorum: self.quorum,
-            reachable: votes.granted() + votes.refused(),
+            reachable: votes.answered(),
             votes,
         }
     }

@@ -232,6 +232,13 @@ impl RwLock {
                         Err(Failure::Rejected(e)) => return Err(e.into()),
                         Err(f) => f,
                     };
+                    if let Failure::Unavailable(votes) = &failure {
+                        let subject = format!("read-write lock {}", self.name);
+                        let quorum = self.redlock.quorum();
+                        if let Some(e) = crate::error::not_permitted(subject, votes, quorum) {
+                            return Err(e);
+                        }
+                    }
                     let pause = retry.delay + random_up_to(retry.jitter);
                     let now = Instant::now();
                     let out_of_time =

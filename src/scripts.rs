@@ -2,7 +2,10 @@
 //!
 //! Most scripts are sent with EVALSHA and, on `NOSCRIPT` (after `SCRIPT FLUSH` or a node
 //! restart), resent at once with EVAL on the same connection (see [`crate::node`]).
-//! RELEASE, ACQUIRE_MANY and BATCH are always sent with EVAL, because a resend breaks per-node order:
+//! ACQUIRE_MANY, BATCH and the RELEASE of several keys or of a caller's token are always sent
+//! with EVAL, because a resend breaks per-node order (a lone release with a fresh token goes by
+//! EVALSHA: see `batch::release_script`; on a server with `DELIFEQ` it needs no script at all,
+//! see `native`):
 //! - a release can be answered after its caller stopped waiting (a paused node, a dropped
 //!   future); a late NOSCRIPT then has nobody left to resend it, leaving the key for a TTL;
 //! - an acquire answered NOSCRIPT after the quorum was decided would be resent AFTER the

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 /// Bottom to top; modules on one line share a layer and do not refer to each other.
 const LAYERS: &[&[&str]] = &[
     &["error"],
-    &["metrics"],
+    &["metrics", "caps"],
     &[
         "endpoint",
         "scripts",
@@ -17,7 +17,8 @@ const LAYERS: &[&[&str]] = &[
         "line",
         "owner",
     ],
-    &["cluster", "batch"],
+    &["cluster", "native"],
+    &["batch"],
     &["node", "quorum"],
     &["background", "pacing", "subscriber"],
     &["redlock"],

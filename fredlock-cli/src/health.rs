@@ -89,6 +89,10 @@ pub async fn health(
     let (redlock, kept, duplicates) = match build(urls, prefix, timeout).await {
         Ok(b) => b,
         Err(Error::Connect { failures, .. }) => return refused(urls.len(), &failures, json_out),
+        // Too many nodes can grant no lock to this user (no scripts, no DELIFEQ).
+        Err(Error::NotPermitted { failures, .. }) => {
+            return refused(urls.len(), &failures, json_out)
+        }
         Err(e) => return exit::fail(&e),
     };
     let configured = urls.len();
@@ -115,6 +119,7 @@ pub async fn health(
         if let Ok(seen) = &probe {
             if let Some(Err(e)) = seen.nodes.get(pos).map(|n| &n.state) {
                 report.error = Some(format!("{}: {}", e.kind, e.message));
+                report.answered = e.kind.answered();
                 continue;
             }
         }
@@ -155,7 +160,7 @@ fn refused(configured: usize, failures: &[fredlock::NodeError], json_out: bool) 
     if json_out {
         let nodes: Vec<Json> = failures
             .iter()
-            .map(|e| json!({"node": e.node, "reachable": false, "error": format!("{}: {}", e.kind, e.message)}))
+            .map(|e| json!({"node": e.node, "reachable": false, "answered": e.kind.answered(), "error": format!("{}: {}", e.kind, e.message)}))
             .collect();
         println!(
             "{}",
@@ -163,7 +168,12 @@ fn refused(configured: usize, failures: &[fredlock::NodeError], json_out: bool) 
         );
     } else {
         for e in failures {
-            println!("node {}: DOWN: {}: {}", e.node, e.kind, e.message);
+            let head = if e.kind.answered() {
+                "UNUSABLE (it answered)"
+            } else {
+                "DOWN"
+            };
+            println!("node {}: {head}: {}: {}", e.node, e.kind, e.message);
         }
         println!(
             "no-quorum: {reachable} of {configured} configured nodes usable, {quorum} needed for a quorum"

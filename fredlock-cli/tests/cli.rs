@@ -429,3 +429,58 @@ async fn a_waiting_run_on_a_terminal_shows_the_holder() {
     assert!(shown.matches("waiting for").count() >= 2, "{shown}");
     lock.release().await.expect("release");
 }
+
+/// A node whose user may not run scripts on a server without DELIFEQ (Redis 7.0) can hold no
+/// lock: `health` says why and what to do, and never calls it down (it answered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_names_a_node_that_can_grant_no_lock() {
+    let nodes = LocalNodes::start_on(fredlock_testkit::Server::Redis, 3)
+        .await
+        .expect("nodes");
+    for i in 0..3 {
+        let args = [
+            "ACL",
+            "SETUSER",
+            "app",
+            "on",
+            ">pw-1",
+            "~*",
+            "&*",
+            "+@all",
+            "-@scripting",
+        ];
+        nodes.command(i, &args).await.expect("ACL SETUSER");
+    }
+    let app = |i: usize| format!("redis://app:pw-1@127.0.0.1:{}", nodes.port(i));
+    let why = "has no DELIFEQ: grant +@scripting, or use Valkey >= 9.0 / Redis >= 8.4";
+
+    // One such node: degraded, that node named with the server's words and the fix.
+    let mut urls = nodes.urls();
+    urls[0] = app(0);
+    let mut cmd = fredlock(&urls);
+    cmd.arg("health");
+    let out = output(cmd).await;
+    let text = stdout(&out);
+    assert_eq!(code(&out), 1, "{text}{}", stderr(&out));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("node 0"))
+        .expect("node 0's line");
+    assert!(line.contains("UNUSABLE (it answered)"), "{line}");
+    assert!(
+        line.contains("this user may not run scripts (NOPERM"),
+        "{line}"
+    );
+    assert!(line.contains(why), "{line}");
+    assert!(!text.contains("DOWN"), "{text}");
+
+    // Every node: no quorum, each named, none called down.
+    let urls: Vec<String> = (0..3).map(app).collect();
+    let mut cmd = fredlock(&urls);
+    cmd.arg("health");
+    let out = output(cmd).await;
+    let text = stdout(&out);
+    assert_eq!(code(&out), 2, "{text}{}", stderr(&out));
+    assert_eq!(text.matches(why).count(), 3, "{text}");
+    assert!(!text.contains("DOWN"), "{text}");
+}

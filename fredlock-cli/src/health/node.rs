@@ -20,6 +20,8 @@ pub(super) struct NodeReport {
     pub(super) url_index: usize,
     pub(super) node: String,
     pub(super) error: Option<String>,
+    /// The error was the node's answer (`NOPERM`, ...): it is up, but not usable for locks.
+    pub(super) answered: bool,
     pub(super) duplicate_of: Option<usize>,
     pub(super) rtt: Option<Duration>,
     pub(super) version: Option<String>,

@@ -127,6 +127,7 @@ fn node_json(r: &NodeReport) -> Json {
         "node": r.node,
         "reachable": r.reachable(),
         "error": r.error,
+        "answered": r.answered,
         "duplicate_of": r.duplicate_of,
         "rtt_ms": r.rtt.map(|d| d.as_secs_f64() * 1000.0),
         "version": r.version,
@@ -147,7 +148,11 @@ fn print_node(r: &NodeReport) {
     let head = if let Some(first) = r.duplicate_of {
         format!("DUPLICATE of node {first}")
     } else if let Some(e) = &r.error {
-        format!("DOWN: {e}")
+        match r.answered {
+            // Up, but its answer rules it out (a NOPERM): never worded as down.
+            true => format!("UNUSABLE (it answered): {e}"),
+            false => format!("DOWN: {e}"),
+        }
     } else {
         let persistence = match (r.aof, r.save.as_deref()) {
             (Some(true), _) => format!(
