@@ -195,7 +195,7 @@ struct Floor {
 
 impl Floor {
     /// Connects one client per URL with the settings of fredlock's own clients (see
-    /// `src/node.rs`): TCP_NODELAY above all (without it, Nagle's algorithm can hold a small
+    /// `src/nodes/node.rs`): TCP_NODELAY above all (without it, Nagle's algorithm can hold a small
     /// request back until the previous one is acknowledged, up to the ~40 ms delayed-ACK time),
     /// and the same reconnect policy, attempts, buffer and default timeout, so that only the code
     /// on top of the client differs.
@@ -204,7 +204,7 @@ impl Floor {
         for url in urls {
             let mut config =
                 Config::from_url(url).unwrap_or_else(|e| panic!("floor: bad URL {url}: {e}"));
-            // Deliberately a copy of fredlock's client settings (src/node.rs), not a call into
+            // Deliberately a copy of fredlock's client settings (src/nodes/node.rs), not a call into
             // them: the floor must stay plain fred, and a fair baseline needs the same settings.
             config.fail_fast = true;
             let client = fredlock::fred::types::Builder::from_config(config)

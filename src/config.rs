@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use fred::prelude::ClientLike;
 
-use crate::connection::{Identity, Servers};
-use crate::error::{Error, InvalidInput, NodeError, NodeErrorKind, Result};
-use crate::line::Line;
-use crate::node::{Client, Node};
-use crate::quorum;
-pub use crate::redlock::Retry;
-use crate::redlock::{Inner, Redlock};
-use crate::subscriber::Subscribers;
+use crate::base::error::{Error, InvalidInput, NodeError, NodeErrorKind, Result};
+use crate::base::line::Line;
+use crate::nodes::connection::{Identity, Servers};
+use crate::nodes::node::{Client, Node};
+use crate::nodes::subscriber::Subscribers;
+use crate::rounds::quorum;
+pub use crate::rounds::redlock::Retry;
+use crate::rounds::redlock::{Inner, Redlock};
 
 /// Default clock-drift factor (1% of the TTL, plus a fixed 2 ms).
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
@@ -280,10 +280,10 @@ impl Builder {
         self.retry.validate()?;
         let label = match self.owner_label {
             Some(label) => {
-                crate::owner::check_label(&label)?;
+                crate::base::owner::check_label(&label)?;
                 label
             }
-            None => crate::owner::default_label(),
+            None => crate::base::owner::default_label(),
         };
         match self.node_timeout {
             Some(t) if t.is_zero() => return Err(InvalidInput::ZeroNodeTimeout.into()),

@@ -1,0 +1,330 @@
+//! The waiting acquires of one Redlock, as members of the wait lines on the gate nodes.
+//!
+//! A contended lock key has a *wait line* on one node, its *gate* (chosen by rendezvous hash of
+//! the key over the node addresses, so every process picks the same one): the scripts in
+//! `scripts` (`GATE_ACQUIRE`, `GATE_RELEASE`, `LINE_LEAVE`) grant the gate's vote only to the
+//! head of the line, add refused waiters at its back, and wake the head, and only the head,
+//! when a holder releases: one `PUBLISH` per release, fleet-wide, on the head's process's own
+//! channel. Each waiter renews a short lease in the line (by probing the gate, which also
+//! notices a lost wake-up or an expired holder), so a waiter whose process died drops out
+//! within [`LEASE`].
+//!
+//! This module is the local half: each waiter's member name (`<instance>:<seq>`, the instance
+//! being this Redlock's random id), the wake-up it receives (from the subscriber, or directly
+//! from a release of this same Redlock), which subscriber connections are up, and which keys
+//! were seen contended lately (a new acquire of such a key asks the gate alone first, rather
+//! than setting keys on every node and splitting votes with the woken head).
+//!
+//! Owns: members, their wake-ups, subscriber liveness, the recently-contended keys. Must not:
+//! talk to Redis (the subscriber and the node layer do) or decide when to attempt (the retry
+//! loop does). Pure bookkeeping behind one mutex, never held across an await.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// How long a waiter's place in a line lives without renewal.
+pub(crate) const LEASE: Duration = Duration::from_secs(3);
+/// How often a waiter renews its place (a probe of the gate) while wake-ups reach it.
+pub(crate) const RENEW: Duration = Duration::from_secs(1);
+/// How long a key counts as contended after the last sign of it.
+const HOT_FOR: Duration = Duration::from_secs(2);
+/// Contended keys remembered at most (older ones are forgotten first).
+const HOT_MAX: usize = 4096;
+
+/// The wait-line state of one Redlock.
+#[derive(Debug)]
+pub(crate) struct Line {
+    /// This Redlock's random id: the first part of its members, the end of its channel.
+    instance: String,
+    /// The wake-up channels' common prefix (`<key prefix>~wake:`).
+    prefix: String,
+    /// No wake-ups: waiters poll their gate, paced by their exact place in line.
+    polls: bool,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    next: u64,
+    /// Per member: its wake-up, the gate it waits at, and whether the last wake-up came from
+    /// its gate (the head's turn) rather than a subscriber coming up (look again).
+    waiters: HashMap<u64, Slot>,
+    /// Per node: its subscriber confirmed our channel on its current connection.
+    up: Vec<bool>,
+    hot: HashMap<String, Instant>,
+}
+
+#[derive(Debug, Clone)]
+struct Slot {
+    notify: Arc<Notify>,
+    gate: Option<usize>,
+    turn: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// One waiting acquire's place: its member name and its wake-up. Dropping it stops local
+/// delivery; leaving the line on the gate is the caller's (see `Redlock::leave_line`).
+#[derive(Debug)]
+pub(crate) struct Member {
+    line: Arc<Line>,
+    seq: u64,
+    name: Arc<str>,
+    notify: Arc<Notify>,
+    turn: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Line {
+    /// The line state of a Redlock over `nodes` nodes whose keys start with `key_prefix`.
+    pub(crate) fn new(key_prefix: &str, nodes: usize, polls: bool) -> Line {
+        Line {
+            polls,
+            instance: format!("{:032x}", rand::random::<u128>()),
+            prefix: format!("{key_prefix}~wake:"),
+            state: Mutex::new(State {
+                up: vec![false; nodes],
+                ..State::default()
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether this Redlock's waiters poll (no wake-ups).
+    pub(crate) fn polls(&self) -> bool {
+        self.polls
+    }
+
+    /// The channel prefix every release script publishes under.
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// This Redlock's own wake-up channel.
+    pub(crate) fn channel(&self) -> String {
+        format!("{}{}", self.prefix, self.instance)
+    }
+
+    /// A new member waiting at `gate` (not in its line until its first refused attempt).
+    pub(crate) fn member(self: &Arc<Self>, gate: Option<usize>) -> Member {
+        let notify = Arc::new(Notify::new());
+        let turn = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut st = self.lock();
+        let seq = st.next;
+        st.next = st.next.wrapping_add(1);
+        let slot = Slot {
+            notify: notify.clone(),
+            gate,
+            turn: turn.clone(),
+        };
+        st.waiters.insert(seq, slot);
+        drop(st);
+        crate::base::metrics::waiters(1.0);
+        Member {
+            line: self.clone(),
+            seq,
+            name: format!("{}:{seq}", self.instance).into(),
+            notify,
+            turn,
+        }
+    }
+
+    /// A wake-up message from a subscriber: `<seq>|<why>`. Unknown or malformed: ignored (a
+    /// member that left, or a message that is not ours).
+    pub(crate) fn dispatch(&self, payload: &str) {
+        let seq = payload
+            .split('|')
+            .next()
+            .and_then(|s| s.parse::<u64>().ok());
+        if let Some(seq) = seq {
+            self.wake_seq(seq);
+        }
+    }
+
+    /// A release script woke `member`: when it is one of ours, wake it now rather than after
+    /// the message's trip through the subscriber (which then finds it gone, or wakes it again:
+    /// one spare probe of the gate).
+    pub(crate) fn woke(&self, member: &str) {
+        let Some((instance, seq)) = member.split_once(':') else {
+            return;
+        };
+        if instance == self.instance {
+            if let Ok(seq) = seq.parse::<u64>() {
+                self.wake_seq(seq);
+            }
+        }
+    }
+
+    /// Whether `member` is one of this Redlock's waiters still waiting (its acquire has not
+    /// returned, given up or been dropped). A late clean-up of one of its attempts (a release
+    /// retried in the background) must not put a member that left back in line: nobody would
+    /// take that turn, and the gate would refuse everyone else until the place's lease ran out.
+    pub(crate) fn waits(&self, member: &str) -> bool {
+        let Some((instance, seq)) = member.split_once(':') else {
+            return false;
+        };
+        instance == self.instance
+            && seq
+                .parse::<u64>()
+                .is_ok_and(|seq| self.lock().waiters.contains_key(&seq))
+    }
+
+    fn wake_seq(&self, seq: u64) {
+        let slot = self.lock().waiters.get(&seq).cloned();
+        if let Some(s) = slot {
+            s.turn.store(true, std::sync::atomic::Ordering::Release);
+            s.notify.notify_one();
+        }
+    }
+
+    /// Node `node`'s subscriber is subscribed (`true`) or not. Coming up wakes every member
+    /// waiting at that gate once: a message may have been lost while it was down (or before
+    /// the first subscription), so each looks at its gate again.
+    pub(crate) fn set_up(&self, node: usize, up: bool) {
+        let mut st = self.lock();
+        let Some(slot) = st.up.get_mut(node) else {
+            return;
+        };
+        if *slot == up {
+            return;
+        }
+        *slot = up;
+        let all: Vec<Arc<Notify>> = if up {
+            st.waiters
+                .values()
+                .filter(|s| s.gate == Some(node))
+                .map(|s| s.notify.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        drop(st);
+        for n in all {
+            n.notify_one();
+        }
+    }
+
+    /// Whether wake-ups from node `node` reach this Redlock now.
+    pub(crate) fn is_up(&self, node: usize) -> bool {
+        self.lock().up.get(node).copied().unwrap_or(false)
+    }
+
+    /// `key` showed contention (a line, a refusal, a woken waiter).
+    pub(crate) fn mark_hot(&self, key: &str) {
+        let now = Instant::now();
+        let mut st = self.lock();
+        if st.hot.len() >= HOT_MAX && !st.hot.contains_key(key) {
+            st.hot
+                .retain(|_, t| now.saturating_duration_since(*t) < HOT_FOR);
+            if st.hot.len() >= HOT_MAX {
+                st.hot.clear();
+            }
+        }
+        st.hot.insert(key.to_string(), now);
+    }
+
+    /// Whether `key` showed contention within the last couple of seconds.
+    pub(crate) fn is_hot(&self, key: &str) -> bool {
+        self.lock()
+            .hot
+            .get(key)
+            .is_some_and(|t| t.elapsed() < HOT_FOR)
+    }
+}
+
+impl Member {
+    /// The member's name in the lines: `<instance>:<seq>`.
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// Resolves at the next wake-up (one stored if it came while the member was busy).
+    pub(crate) async fn woken(&self) {
+        self.notify.notified().await;
+    }
+
+    /// Whether the last wake-up came from the gate (the head's turn: attempt everywhere) and
+    /// not from a subscriber coming up (look at the gate first); reading it resets it.
+    pub(crate) fn take_turn(&self) -> bool {
+        self.turn.swap(false, std::sync::atomic::Ordering::AcqRel)
+    }
+
+    /// Forgets a wake-up stored while the member was attempting (its attempt answered it).
+    pub(crate) fn clear(&self) {
+        self.turn.store(false, std::sync::atomic::Ordering::Release);
+        // `notified()` consumes a stored permit when polled once.
+        let notified = self.notify.notified();
+        let mut notified = std::pin::pin!(notified);
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        let _ = notified.as_mut().poll(&mut cx);
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.line.lock().waiters.remove(&self.seq);
+        crate::base::metrics::waiters(-1.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_message_wakes_its_member_only() {
+        let line = Arc::new(Line::new("p:", 3, false));
+        let a = line.member(Some(1));
+        let b = line.member(Some(1));
+        let seq_b = b.name().split(':').nth(1).unwrap_or("").to_string();
+        line.dispatch(&format!("{seq_b}|x"));
+        tokio::time::timeout(Duration::from_secs(5), b.woken())
+            .await
+            .expect("b is woken");
+        let a_woken = tokio::time::timeout(Duration::from_millis(20), a.woken()).await;
+        assert!(a_woken.is_err(), "a was not woken");
+        // Garbage is ignored.
+        line.dispatch("zzz");
+        line.dispatch("");
+        line.woke("not-ours:1");
+        line.woke(a.name());
+        tokio::time::timeout(Duration::from_secs(5), a.woken())
+            .await
+            .expect("a is woken by a release of its own Redlock");
+    }
+
+    #[tokio::test]
+    async fn clear_forgets_a_stored_wake_up_and_subscriber_up_wakes_all() {
+        let line = Arc::new(Line::new("p:", 2, false));
+        let a = line.member(Some(1));
+        line.woke(a.name());
+        a.clear();
+        let stored = tokio::time::timeout(Duration::from_millis(20), a.woken()).await;
+        assert!(stored.is_err(), "the stored wake-up was cleared");
+        assert!(!line.is_up(1));
+        line.set_up(1, true);
+        assert!(line.is_up(1));
+        tokio::time::timeout(Duration::from_secs(5), a.woken())
+            .await
+            .expect("a subscriber coming up wakes every member");
+        line.set_up(7, true); // out of range: ignored
+    }
+
+    #[test]
+    fn hot_keys_are_remembered_and_bounded() {
+        let line = Line::new("p:", 1, false);
+        assert!(!line.is_hot("k"));
+        line.mark_hot("k");
+        assert!(line.is_hot("k"));
+        for i in 0..(HOT_MAX + 10) {
+            line.mark_hot(&format!("k{i}"));
+        }
+        assert!(line.lock().hot.len() <= HOT_MAX);
+    }
+}

@@ -1,0 +1,649 @@
+//! Coalescing of the hot path: the single-key `SET NX` of an acquire and the single-key release
+//! that concurrent tasks send to one single-server node go out as ONE script call per node
+//! while an earlier call of theirs is still in flight, instead of one fred command each.
+//!
+//! Why: on a small machine, throughput under concurrency is client CPU, and fred's cost is per
+//! command (a `Command` allocation, a channel hop to its router task, a timer, a flush per
+//! script command, a oneshot back). 64 tasks cycling acquire+release send 6 commands per cycle;
+//! folded into one call per node per round trip, most of that cost is paid once per batch.
+//!
+//! How, per node:
+//! - **Direct when idle.** An operation that finds nothing of this node's hot path in flight
+//!   and nothing queued is sent by its caller at once, in its plain form: a serial caller pays
+//!   no hop and no batching. The plain form of an acquire is `SET NX`; of a release, the
+//!   node's native compare-and-delete where it has one (`DELIFEQ`, `DELEX`: see `caps`,
+//!   `native`), else the release script by EVALSHA (see [`release_script`]).
+//! - **Queued otherwise.** Anything else joins the node's queue; one batcher task per node
+//!   takes everything queued (up to [`MAX_OPS`]), sends it as one `EVAL` of
+//!   [`BATCH`](crate::base::scripts) (a lone operation, or every operation on a node whose user may
+//!   not run scripts, in its plain form, written together), and waits for the answer before it
+//!   sends the next batch, so operations arriving meanwhile accumulate.
+//!
+//! What it keeps, and why each holds:
+//! - **Per-node order.** The queue is FIFO and the script runs its operations in queue order; a
+//!   direct send happens only when nothing is queued or being handed to fred, and only one
+//!   direct send is in flight at a time; every send goes through the node's one fred client
+//!   (one connection). So a release is never written before its token's `SET` on a node: it is
+//!   created after that `SET` was handed over (queued or in fred), and lands behind it.
+//! - **No replay.** A batch is sent once, with one attempt (fredlock's fred options): a call
+//!   that fails or times out fails every operation it carried, whose outcome then counts as
+//!   unknown (an acquire cleans up there, a release is retried by `background`), exactly as
+//!   for a single command.
+//! - **No NOSCRIPT for a batch.** The batch script is always sent whole (`EVAL`): a resent
+//!   batch could set a key after the release queued behind it. A lone release goes by EVALSHA
+//!   and is resent with EVAL on `NOSCRIPT`, which is safe for a release (see [`release_script`]).
+//! - **Timeouts.** Each operation keeps its deadline: one still queued when it passes is
+//!   answered with a timeout and never sent (as fred skips a timed-out command it has not
+//!   written); a batch's fred timeout is the earliest deadline among its operations.
+//! - **Cancellation.** A caller that stops waiting leaves its operation to the batcher: it is
+//!   sent anyway, and whatever follows it (an acquire's clean-up release) queues behind it.
+//!
+//! Owns: the queue and the batcher task of one node; sending an acquire's `SET` and a release in
+//! plain form. Must not: decide votes (node and reply do), or batch anything whose reply
+//! carries more than a 1/0 answer (fenced acquires, multi-key locks and cluster nodes take
+//! their own paths in `node`).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fred::clients::Client;
+use fred::prelude::{ClientLike, Expiration, KeysInterface, SetOptions, Value};
+use fred::types::{ClusterHash, CustomCommand};
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+
+use crate::base::error::{NodeError, NodeErrorKind};
+use crate::base::scripts::Scripts;
+use crate::nodes::connection::{options, State};
+
+/// The most operations one batch call carries; the rest wait for the next one.
+pub(crate) const MAX_OPS: usize = 256;
+
+/// Lock keys and the stored value, shared by every per-node command of one lock.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) keys: Vec<String>,
+    /// What every key holds and every script compares: the secret token, then the separator
+    /// and the owner label (see `owner`). Unique per acquisition attempt, unless the caller
+    /// gave the token (`custom`).
+    pub(crate) value: String,
+    /// The caller chose the token: it may repeat across this acquire's attempts, so a failed
+    /// attempt's clean-up must never be resent late (see `Inner::release_unawaited`, and the
+    /// orphaned releases here).
+    pub(crate) custom: bool,
+    /// The resource names (for error messages; never sent).
+    pub(crate) resources: Vec<String>,
+    /// With fencing: each key's counter key, in the same order; empty otherwise.
+    pub(crate) fence_keys: Vec<String>,
+    /// The wait line this lock's keys are gated by, if any (its gate node's acquire and
+    /// release take the line scripts, never this batcher).
+    pub(crate) line: Option<LineRef>,
+}
+
+/// Where a lock's wait line is, and this lock's part in it (see `line` and the gate scripts).
+#[derive(Debug)]
+pub(crate) struct LineRef {
+    /// The gate node's index.
+    pub(crate) gate: usize,
+    /// The line's key on the gate.
+    pub(crate) key: String,
+    /// The waiter's member name (`None`: this acquire does not wait, so never joins).
+    pub(crate) member: Option<std::sync::Arc<str>>,
+    /// What a release on the gate does: `false` (an attempt's clean-up) puts the member back
+    /// at the front of the line, quietly without one; `true` (set when the lock is granted)
+    /// wakes the line's head.
+    pub(crate) wake: std::sync::atomic::AtomicBool,
+    /// The Redlock's line state: a release that woke one of its own members wakes it at once.
+    pub(crate) local: std::sync::Arc<crate::base::line::Line>,
+}
+
+impl LineRef {
+    /// A line reference whose releases wake the head (a granted lock's).
+    pub(crate) fn granted(&self) -> LineRef {
+        LineRef {
+            gate: self.gate,
+            key: self.key.clone(),
+            member: None,
+            wake: std::sync::atomic::AtomicBool::new(true),
+            local: self.local.clone(),
+        }
+    }
+}
+
+impl Held {
+    /// The resource names as errors show them (a semaphore permit as its semaphore's name,
+    /// never an internal key).
+    pub(crate) fn names(&self) -> crate::base::error::Names {
+        crate::base::error::Names(
+            self.resources
+                .iter()
+                .map(|r| crate::base::slots::shown(r))
+                .collect(),
+        )
+    }
+}
+
+/// What an operation does to its lock's (single) key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `SET key token NX PX ttl_ms`.
+    Acquire { ttl_ms: u64 },
+    /// The release script.
+    Release,
+}
+
+/// One queued operation.
+struct Op {
+    held: Arc<Held>,
+    kind: Kind,
+    deadline: Instant,
+    reply: oneshot::Sender<Result<Value, NodeError>>,
+    /// How often this (release) was resent after a connection failure (see [`resend`]).
+    resent: u32,
+}
+
+/// A release nobody waits for any more is resent after a connection failure at most this often.
+const MAX_RESENDS: u32 = 8;
+
+/// A release whose caller stopped waiting for its answer.
+fn orphaned_release(op: &Op) -> bool {
+    matches!(op.kind, Kind::Release) && op.reply.is_closed()
+}
+
+impl Op {
+    /// A release whose caller stopped waiting (a clean-up, a release decided on other nodes)
+    /// and which failed without a server's answer (the connection, a timeout, a call never
+    /// sent): today's fred would have written it after the
+    /// reconnect had it still been in fred's buffer, so it is resent (see [`resend`]).
+    ///
+    /// Never with a caller's token: it repeats across one acquire's attempts, and a late
+    /// release could delete what the next attempt set.
+    fn orphaned(&self, answer: &Result<Value, NodeError>) -> bool {
+        orphaned_release(self)
+            && !self.held.custom
+            && self.resent < MAX_RESENDS
+            && matches!(answer, Err(e) if matches!(e.kind, NodeErrorKind::Connection | NodeErrorKind::Timeout | NodeErrorKind::Client))
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    ops: Vec<Op>,
+    /// A batch was taken from the queue and is being handed to fred or awaits its answer.
+    batch: bool,
+    /// Direct sends handed to fred (or about to be) and not answered yet.
+    direct: usize,
+    /// The batcher task was started.
+    started: bool,
+    /// The node is gone: queued operations fail, the batcher ends.
+    closed: bool,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    notify: Notify,
+}
+
+/// The hot-path sender of one single-server node.
+pub(crate) struct Batch {
+    client: Client,
+    state: Arc<State>,
+    shared: Arc<Shared>,
+}
+
+/// Marks a direct send as answered (or abandoned) when dropped.
+struct Direct<'a>(&'a Shared);
+
+impl Drop for Direct<'_> {
+    fn drop(&mut self) {
+        let mut q = lock(&self.0.queue);
+        q.direct = q.direct.saturating_sub(1);
+    }
+}
+
+fn lock(m: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
+    // The queue holds no invariant a panic could break half-way (no code panics while holding it).
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Batch {
+    pub(crate) fn new(client: Client, state: Arc<State>) -> Batch {
+        Batch {
+            client,
+            state,
+            shared: Arc::new(Shared {
+                queue: Mutex::new(Queue::default()),
+                notify: Notify::new(),
+            }),
+        }
+    }
+
+    /// `SET key token NX PX ttl_ms` for `held`'s one key: the plain command's reply (`OK` or nil).
+    pub(crate) async fn acquire(
+        &self,
+        held: &Arc<Held>,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Result<Value, NodeError> {
+        self.run(held, Kind::Acquire { ttl_ms }, timeout).await
+    }
+
+    /// The release script for `held`'s one key: the plain script's reply (keys deleted).
+    pub(crate) async fn release(
+        &self,
+        held: &Arc<Held>,
+        timeout: Duration,
+    ) -> Result<Value, NodeError> {
+        self.run(held, Kind::Release, timeout).await
+    }
+
+    /// Fails every queued operation and ends the batcher (the node is dropped).
+    pub(crate) fn close(&self) {
+        let ops = {
+            let mut q = lock(&self.shared.queue);
+            q.closed = true;
+            std::mem::take(&mut q.ops)
+        };
+        self.shared.notify.notify_one();
+        for op in ops {
+            let _ = op.reply.send(Err(self.closed()));
+        }
+    }
+
+    fn closed(&self) -> NodeError {
+        NodeError {
+            node: self.state.name.clone(),
+            kind: NodeErrorKind::Client,
+            message: "the node was closed before this command was sent".to_string(),
+        }
+    }
+
+    async fn run(
+        &self,
+        held: &Arc<Held>,
+        kind: Kind,
+        timeout: Duration,
+    ) -> Result<Value, NodeError> {
+        let rx = {
+            let mut q = lock(&self.shared.queue);
+            if q.closed || (q.ops.is_empty() && !q.batch && q.direct == 0) {
+                q.direct += 1;
+                None
+            } else {
+                let (tx, rx) = oneshot::channel();
+                let now = Instant::now();
+                let deadline = now.checked_add(timeout).unwrap_or(now);
+                q.ops.push(Op {
+                    held: held.clone(),
+                    kind,
+                    deadline,
+                    reply: tx,
+                    resent: 0,
+                });
+                let start = !q.started;
+                q.started = true;
+                let first = q.ops.len() == 1;
+                drop(q);
+                if start {
+                    tokio::spawn(batcher(
+                        self.client.clone(),
+                        self.state.clone(),
+                        self.shared.clone(),
+                    ));
+                }
+                if first {
+                    self.shared.notify.notify_one();
+                }
+                Some(rx)
+            }
+        };
+        match rx {
+            None => {
+                let _direct = Direct(&self.shared);
+                // Handed to fred on this first poll, before anything else can be sent here.
+                send_one(&self.client, &self.state, held, kind, timeout).await
+            }
+            Some(rx) => rx.await.unwrap_or_else(|_| {
+                Err(NodeError {
+                    node: self.state.name.clone(),
+                    kind: NodeErrorKind::Client,
+                    message: "the batcher ended without an answer".to_string(),
+                })
+            }),
+        }
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// One operation in its plain form, with fredlock's options: the typed `SET` (fred batches
+/// those into one write), or the release: the node's native compare-and-delete when it has one
+/// (`native`), else the release script (see [`release_script`]).
+async fn send_one(
+    client: &Client,
+    state: &Arc<State>,
+    held: &Held,
+    kind: Kind,
+    timeout: Duration,
+) -> Result<Value, NodeError> {
+    let Some(key) = held.keys.first() else {
+        return Ok(Value::Integer(0));
+    };
+    match kind {
+        Kind::Acquire { ttl_ms } => {
+            let with = client.with_options(&options(timeout));
+            let set = with.set::<Value, _, _>(
+                key.as_str(),
+                held.value.as_str(),
+                Some(Expiration::PX(ttl_ms as i64)),
+                Some(SetOptions::NX),
+                false,
+            );
+            // Boxed: fred's command futures are ~5 KB (see `node`).
+            Box::pin(set).await.map_err(|e| state.error(&e))
+        }
+        Kind::Release => {
+            let native = crate::nodes::native::release(client, state, key, &held.value, timeout);
+            match Box::pin(native).await {
+                Some(reply) => reply,
+                None => match state.caps.no_script() {
+                    // Nothing of ours can be here: acquires send nothing to such a node.
+                    Some(message) => Err(NodeError {
+                        node: state.name.clone(),
+                        kind: NodeErrorKind::Permission,
+                        message,
+                    }),
+                    None => release_script(client, state, held, key, timeout).await,
+                },
+            }
+        }
+    }
+}
+
+/// The release script for one key. EVAL the first time on each connection (which puts the
+/// script in the server's cache: a fresh or restarted server never answers `NOSCRIPT`, so the
+/// release keeps its place in this node's order), EVALSHA from then on, and on `NOSCRIPT`
+/// (someone flushed the cache) EVAL at once, which then lands after whatever this process sent
+/// the node meanwhile. A caller
+/// that stops waiting after the EVALSHA was handed to fred leaves the rest to a task (see
+/// [`Finish`]), so a `NOSCRIPT` answer is never left without its resend. Resent late, a release
+/// still deletes only its own token, which no later command of ours stores (tokens are fresh per
+/// attempt). With a caller's token (repeated across attempts) always EVAL: a late resend could
+/// delete the next attempt's key.
+async fn release_script(
+    client: &Client,
+    state: &Arc<State>,
+    held: &Held,
+    key: &str,
+    timeout: Duration,
+) -> Result<Value, NodeError> {
+    let script = &Scripts::get().release;
+    let args = |first: &str| {
+        vec![
+            Value::from(first),
+            Value::Integer(1),
+            Value::from(key),
+            Value::from(held.value.as_str()),
+        ]
+    };
+    if held.custom || !state.caps.release_cached() {
+        let cmd = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
+        let with = client.with_options(&options(timeout));
+        let call = with.custom::<Value, Value>(cmd, args(script.body));
+        let reply = Box::pin(call).await.map_err(|e| state.error(&e));
+        if reply.is_ok() {
+            state.caps.set_release_cached(true);
+        }
+        return reply;
+    }
+    let (client, state) = (client.clone(), state.clone());
+    let (sha, body) = (args(&script.sha), args(script.body));
+    Finish::new(async move {
+        let with = client.with_options(&options(timeout));
+        let cmd = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
+        match Box::pin(with.custom::<Value, Value>(cmd, sha)).await {
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                tracing::debug!(node = %state.name, "NOSCRIPT: resending the release with EVAL");
+                state.caps.set_release_cached(false);
+                let cmd = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
+                let call = with.custom::<Value, Value>(cmd, body);
+                Box::pin(call).await.map_err(|e| state.error(&e))
+            }
+            other => other.map_err(|e| state.error(&e)),
+        }
+    })
+    .await
+}
+
+type Boxed = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, NodeError>> + Send>>;
+
+/// A release that, once handed to fred (polled once), runs to its end even if its caller
+/// stops waiting: dropped half-way, the rest (waiting for the answer, and the EVAL after a
+/// `NOSCRIPT`) moves to a task. Dropped before its first poll, nothing was sent, and nothing is.
+struct Finish {
+    work: Option<Boxed>,
+    polled: bool,
+}
+
+impl Finish {
+    fn new(
+        work: impl std::future::Future<Output = Result<Value, NodeError>> + Send + 'static,
+    ) -> Finish {
+        Finish {
+            work: Some(Box::pin(work)),
+            polled: false,
+        }
+    }
+}
+
+impl std::future::Future for Finish {
+    type Output = Result<Value, NodeError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        self.polled = true;
+        let Some(work) = self.work.as_mut() else {
+            return std::task::Poll::Pending;
+        };
+        let out = std::task::ready!(work.as_mut().poll(cx));
+        self.work = None;
+        std::task::Poll::Ready(out)
+    }
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        if let (true, Some(work)) = (self.polled, self.work.take()) {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(work);
+            }
+        }
+    }
+}
+
+/// Marks the batcher as gone when its task ends, however it ends (the node closed, or the
+/// runtime that ran it shut down, dropping it mid-batch): the next operation queued starts a
+/// new one on its own runtime, and callers still waiting for a queued operation are answered
+/// with an error rather than left waiting (releases nobody waits for stay queued for it).
+struct Running(Arc<Shared>, String);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let waiting = {
+            let mut q = lock(&self.0.queue);
+            q.started = false;
+            q.batch = false;
+            let (waiting, orphans) = std::mem::take(&mut q.ops)
+                .into_iter()
+                .partition::<Vec<Op>, _>(|op| !op.reply.is_closed());
+            q.ops = orphans;
+            waiting
+        };
+        for op in waiting {
+            let _ = op.reply.send(Err(NodeError {
+                node: self.1.clone(),
+                kind: NodeErrorKind::Client,
+                message: "the batcher's runtime shut down before this command was sent".into(),
+            }));
+        }
+    }
+}
+
+/// The batcher of one node: sends what is queued, one batch at a time, until the node closes.
+async fn batcher(client: Client, state: Arc<State>, shared: Arc<Shared>) {
+    let _running = Running(shared.clone(), state.name.clone());
+    loop {
+        let notified = shared.notify.notified();
+        let ops = {
+            let mut q = lock(&shared.queue);
+            if q.closed {
+                return;
+            }
+            if q.ops.is_empty() {
+                None
+            } else {
+                q.batch = true;
+                let n = q.ops.len().min(MAX_OPS);
+                Some(q.ops.drain(..n).collect::<Vec<Op>>())
+            }
+        };
+        let Some(ops) = ops else {
+            notified.await;
+            continue;
+        };
+        send_batch(&client, &state, &shared, ops).await;
+        lock(&shared.queue).batch = false;
+    }
+}
+
+/// Sends `ops` as one call and answers each. Operations whose deadline passed are answered
+/// with a timeout and not sent.
+async fn send_batch(client: &Client, state: &Arc<State>, shared: &Arc<Shared>, ops: Vec<Op>) {
+    let now = Instant::now();
+    // A release nobody waits for is sent late rather than not at all (it deletes only its own
+    // token, and its SET was sent before it).
+    // Not with a caller's token: it repeats across attempts, and a late release could delete
+    // the next attempt's key.
+    let (live, expired): (Vec<Op>, Vec<Op>) = ops
+        .into_iter()
+        .partition(|op| op.deadline > now || (orphaned_release(op) && !op.held.custom));
+    for op in expired {
+        let _ = op.reply.send(Err(NodeError {
+            node: state.name.clone(),
+            kind: NodeErrorKind::Timeout,
+            message: "timed out before it was sent (queued behind a slower batch)".to_string(),
+        }));
+    }
+    if live.is_empty() {
+        return;
+    }
+    // The earliest deadline still ahead; late orphaned releases alone get MIN_TIMEOUT.
+    let timeout = live
+        .iter()
+        .map(|op| op.deadline)
+        .filter(|d| *d > now)
+        .min()
+        .map_or(MIN_TIMEOUT, |d| {
+            d.saturating_duration_since(now)
+                .max(Duration::from_millis(1))
+        });
+    let mut orphans = Vec::new();
+    // One operation, or a user who may not run scripts: each in its plain form (written
+    // together, in queue order, on the node's one connection).
+    if live.len() == 1 || state.caps.scripts() == crate::nodes::caps::Scripts::Denied {
+        let replies = futures::future::join_all(
+            live.iter()
+                .map(|op| send_one(client, state, &op.held, op.kind, timeout)),
+        )
+        .await;
+        for (op, reply) in live.into_iter().zip(replies) {
+            answer(op, reply, &mut orphans);
+        }
+        resend(client, shared, orphans);
+        return;
+    }
+    let scripts = Scripts::get();
+    let mut args = Vec::with_capacity(2 + 3 * live.len());
+    args.push(Value::from(scripts.batch.body));
+    args.push(Value::Integer(live.len() as i64));
+    for op in &live {
+        let key = op.held.keys.first().map_or("", String::as_str);
+        args.push(Value::from(key));
+    }
+    for op in &live {
+        args.push(Value::from(op.held.value.as_str()));
+        args.push(match op.kind {
+            Kind::Acquire { ttl_ms } => Value::Integer(ttl_ms as i64),
+            Kind::Release => Value::from("r"),
+        });
+    }
+    let eval = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
+    let with = client.with_options(&options(timeout));
+    let call = with.custom::<Value, Value>(eval, args);
+    let reply = Box::pin(call).await.map_err(|e| state.error(&e));
+    let answers = crate::base::reply::batch(&state.name, reply, live.len());
+    for (op, answer) in live.into_iter().zip(answers) {
+        let reply = answer.map(|n| match op.kind {
+            // The plain SET's reply shape: OK when set, nil when the key exists.
+            Kind::Acquire { .. } if n == 1 => Value::from("OK"),
+            Kind::Acquire { .. } => Value::Null,
+            Kind::Release => Value::Integer(n),
+        });
+        self::answer(op, reply, &mut orphans);
+    }
+    resend(client, shared, orphans);
+}
+
+/// The shortest fred timeout a batch is sent with (a release sent late gets at least this).
+const MIN_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Hands `reply` to the operation's caller, or keeps an orphaned release for [`resend`].
+fn answer(op: Op, reply: Result<Value, NodeError>, orphans: &mut Vec<Op>) {
+    if op.orphaned(&reply) {
+        orphans.push(op);
+    } else {
+        let _ = op.reply.send(reply);
+    }
+}
+
+/// Queues `orphans` (releases nobody waits for, failed for the connection) again once the
+/// connection is back: fred fails commands at once while it reconnects, where a command
+/// already in its buffer would have been written after the reconnect. Resending a release is
+/// safe: it deletes only its own token, and its token's SET was sent (or failed) before it.
+fn resend(client: &Client, shared: &Arc<Shared>, mut orphans: Vec<Op>) {
+    if orphans.is_empty() {
+        return;
+    }
+    let (client, shared) = (client.clone(), shared.clone());
+    tokio::spawn(async move {
+        let pause = Duration::from_millis(10) * 2u32.pow(orphans[0].resent.min(5));
+        tokio::time::sleep(pause).await;
+        // A wait for the reconnect, not a command: nothing is queued in fred meanwhile.
+        let _ = tokio::time::timeout(RECONNECT_WAIT, client.wait_for_connect()).await;
+        let now = Instant::now();
+        let deadline = now.checked_add(MIN_TIMEOUT).unwrap_or(now);
+        for op in &mut orphans {
+            op.resent += 1;
+            op.deadline = deadline;
+        }
+        let mut q = lock(&shared.queue);
+        if q.closed {
+            return;
+        }
+        let first = q.ops.is_empty();
+        q.ops.extend(orphans);
+        drop(q);
+        if first {
+            shared.notify.notify_one();
+        }
+    });
+}
+
+/// How long an orphaned release waits for its node's connection to come back, per resend.
+const RECONNECT_WAIT: Duration = Duration::from_secs(10);

@@ -1,0 +1,419 @@
+//! The campaign of one election participant, run in a background task: campaign (acquire,
+//! retrying), hold leadership with a keep-alive, step down the moment the lock is lost,
+//! campaign again; until the [`Election`](crate::Election) handle resigns or is dropped. Also the
+//! role it publishes ([`Role`], [`Term`]) and the state it shares with the handle.
+//!
+//! Owns: the campaign task, the role it publishes, the shared state. Must not: extend or release
+//! by itself (the keep-alive guard does), or validate the caller's options (the handle's
+//! constructors do, before the task starts).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+use crate::base::error::{Error, Names, Result};
+use crate::hold::keepalive::KeepAliveOptions;
+use crate::primitives::leader::{ElectionState, Record, Written};
+use crate::primitives::observe::Observer;
+use crate::rounds::lock::AcquireOptions;
+use crate::rounds::redlock::Redlock;
+
+/// One term of leadership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Term {
+    /// When this participant became leader (the acquire's start: validity counts from here).
+    pub since: Instant,
+    /// The lock token of this term.
+    pub token: String,
+    /// When leadership must stop being exercised: the lock's current deadline less the lost
+    /// signal's 2 ms margin. Moves forward with every extension.
+    pub valid_until: Instant,
+    /// The campaign value in force ([`ElectOptions::value`](crate::ElectOptions::value), or the last
+    /// [`Election::proclaim`](crate::Election::proclaim)).
+    pub value: String,
+    /// The term number (see [`fencing_token`](Term::fencing_token)).
+    number: u64,
+}
+
+impl Term {
+    /// The term's fencing token, always `Some` for an election: its term number, strictly
+    /// larger than every earlier term's of this election (as long as a majority of nodes keeps
+    /// its data), and the count of transitions so far. Send it with every write the leader
+    /// makes; the resource refuses a write whose number is lower than the highest it has seen,
+    /// which stops a deposed leader's late write. [`Redlock::leader_of`] names the same number.
+    pub fn fencing_token(&self) -> Option<u64> {
+        Some(self.number)
+    }
+
+    /// The term number (the same as [`fencing_token`](Term::fencing_token)).
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+}
+
+/// What this participant is, as seen through [`Election::watch`](crate::Election::watch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// Not leader (campaigning, or stopped).
+    Follower,
+    /// Leader for this term.
+    Leader(Term),
+}
+
+impl Role {
+    /// Leader AND still within the term's validity right now.
+    pub fn is_leader(&self) -> bool {
+        matches!(self, Role::Leader(t) if Instant::now() < t.valid_until)
+    }
+
+    /// The term, if leader (without checking the clock).
+    pub fn term(&self) -> Option<&Term> {
+        match self {
+            Role::Leader(t) => Some(t),
+            Role::Follower => None,
+        }
+    }
+}
+
+/// What the campaign task and the `Election` handle share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) redlock: Redlock,
+    pub(crate) resource: String,
+    pub(crate) ttl: Duration,
+    pub(crate) priority: u32,
+    /// The role every `watch()` receiver follows.
+    pub(crate) role: watch::Sender<Role>,
+    /// The campaign value to claim a term with (the last proclaimed one).
+    pub(crate) value: Mutex<String>,
+    /// The lock value of the current term and the version of its value (for proclaim);
+    /// `None` when not leading.
+    pub(crate) lock_value: Mutex<Option<(String, u64)>>,
+    /// When the leader's lock was last acquired or extended.
+    pub(crate) renewed: Mutex<Option<Instant>>,
+}
+
+/// How long one round of a campaign waits in line before it looks at its own state again (a
+/// failure to reach the nodes is reported after at most this long).
+const CAMPAIGN_WAIT: Duration = Duration::from_secs(5);
+
+/// Whether candidates wait in the resource's line (see `win`). Off until measured: candidates
+/// make one attempt per retry pause, as before wait lines.
+const WAIT_IN_LINE: bool = false;
+
+/// Whether no yield request stands and the leader (if any) has `priority` too.
+pub(crate) fn same_priority(st: &ElectionState, priority: u32) -> bool {
+    st.yield_to.is_none() && (st.leader.is_none() || st.priority == priority)
+}
+
+/// Locks a mutex, a poisoned one included (its data is a plain value).
+pub(crate) fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The campaign task: win a term, hold it, campaign again; until stopped.
+pub(crate) struct Campaign {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) keep_alive: KeepAliveOptions,
+    pub(crate) failure: watch::Sender<Option<Error>>,
+}
+
+/// How a term of this participant ended.
+enum Ended {
+    /// Resigned (or the election was dropped): the campaign stops.
+    Resigned,
+    /// Lost, or yielded to a preferred candidate: campaign again.
+    Again,
+}
+
+impl Campaign {
+    pub(crate) async fn run(self, mut stop: oneshot::Receiver<()>) {
+        let s = &self.shared;
+        let span = tracing::debug_span!("fredlock.election", resource = %s.resource);
+        // The campaign's own observer: the leader's priority, requests to yield.
+        let observer = tokio::select! {
+            biased;
+            _ = &mut stop => return,
+            o = s.redlock.observe(&s.resource) => o.ok(),
+        };
+        let mut state = observer.as_ref().map(Observer::state);
+        loop {
+            let Some((lock, number)) = self.win(&mut stop, state.as_ref(), &span).await else {
+                return;
+            };
+            match self
+                .hold(lock, number, &mut stop, state.as_mut(), &span)
+                .await
+            {
+                Ended::Resigned => break,
+                Ended::Again => {}
+            }
+        }
+        if let Some(o) = observer {
+            o.close().await;
+        }
+    }
+
+    /// Campaigns until a term is won and claimed (the lock and the term number), or stopped.
+    async fn win(
+        &self,
+        stop: &mut oneshot::Receiver<()>,
+        state: Option<&watch::Receiver<ElectionState>>,
+        span: &tracing::Span,
+    ) -> Option<(crate::rounds::lock::Lock, u64)> {
+        let s = &self.shared;
+        let retry = s.redlock.inner.retry;
+        loop {
+            let held_back = state.is_some_and(|st| held_back(&st.borrow(), s.priority));
+            // With no priorities in play, wait in the resource's line: a resign or a lost term
+            // wakes the next candidate at once. Otherwise one attempt per retry pause, so that
+            // a preferred candidate asks the leader to yield and lower ones hold back.
+            let in_line = WAIT_IN_LINE
+                && !held_back
+                && state.is_none_or(|st| same_priority(&st.borrow(), s.priority));
+            let wait = if in_line {
+                CAMPAIGN_WAIT
+            } else {
+                Duration::ZERO
+            };
+            let mut options = AcquireOptions::new().wait(wait);
+            options.fenced = true;
+            let attempt = if held_back {
+                Ok(None)
+            } else {
+                tokio::select! {
+                    biased;
+                    _ = &mut *stop => return None,
+                    r = s.redlock.acquire_using(s.resource.as_str(), s.ttl, &options) => match r {
+                        Ok(lock) => Ok(Some(lock)),
+                        Err(Error::Contended { .. }) => Ok(None),
+                        Err(e) => Err(e),
+                    },
+                }
+            };
+            match attempt {
+                Ok(found) => {
+                    if self.failure.send_if_modified(|f| f.take().is_some()) {
+                        tracing::info!(parent: span, "campaign reaches a quorum of nodes again");
+                    }
+                    match found {
+                        Some(lock) => match self.claim(&lock, span).await {
+                            Ok(Some(number)) => return Some((lock, number)),
+                            Ok(None) => {}
+                            Err(e) => self.failing(e, span),
+                        },
+                        None if !held_back => self.maybe_preempt(state, retry).await,
+                        None => {}
+                    }
+                }
+                Err(e) => self.failing(e, span),
+            }
+            if in_line {
+                continue;
+            }
+            let pause = retry.delay + crate::rounds::redlock::random_up_to(retry.jitter);
+            tokio::select! {
+                biased;
+                _ = &mut *stop => return None,
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    /// An attempt failed for another reason than contention: logged (at WARN the first time)
+    /// and shown by `campaign_failure`.
+    fn failing(&self, e: Error, span: &tracing::Span) {
+        if self.failure.borrow().is_none() {
+            tracing::warn!(parent: span, error = %e, "fredlock: election campaign failing (not contention); retrying");
+        } else {
+            tracing::debug!(parent: span, error = %e, "campaign attempt failed");
+        }
+        self.failure.send_replace(Some(e));
+    }
+
+    /// Writes the record of a term just won: its number, or `None` when a later term exists or
+    /// the lock is gone, or the error when too few nodes took it (the lock is released as it
+    /// drops, in every case but success).
+    async fn claim(
+        &self,
+        lock: &crate::rounds::lock::Lock,
+        span: &tracing::Span,
+    ) -> Result<Option<u64>> {
+        let s = &self.shared;
+        let Some(number) = lock.fencing_token() else {
+            return Ok(None);
+        };
+        let value = lock_value_of(&s.value);
+        let written = s
+            .redlock
+            .write_record(
+                &s.resource,
+                Record {
+                    lock_value: lock.value(),
+                    term: number,
+                    value: &value,
+                    priority: s.priority,
+                    version: 1,
+                },
+                s.ttl,
+            )
+            .await;
+        tracing::debug!(parent: span, outcome = ?written, "recording the term");
+        match written {
+            Written::Done => Ok(Some(number)),
+            Written::NotLeader => Ok(None),
+            Written::Unavailable(votes) => Err(Error::Unavailable {
+                round: crate::base::error::Round::Acquire,
+                resources: Names(vec![s.resource.clone()]),
+                attempts: 1,
+                nodes: votes.0.len(),
+                quorum: s.redlock.quorum(),
+                reachable: votes.granted() + votes.refused(),
+                votes,
+            }),
+        }
+    }
+
+    /// A candidate of higher priority than the leader asks it to yield (once per pending
+    /// request: none is sent while an equal or stronger one stands).
+    async fn maybe_preempt(
+        &self,
+        state: Option<&watch::Receiver<ElectionState>>,
+        retry: crate::Retry,
+    ) {
+        let s = &self.shared;
+        let Some(st) = state else { return };
+        let (term, ask) = {
+            let st = st.borrow();
+            let pending = st
+                .yield_to
+                .is_some_and(|(_, p, until)| p >= s.priority && Instant::now() < until);
+            match &st.leader {
+                Some(l) if st.priority < s.priority && !pending => (l.term, true),
+                _ => (0, false),
+            }
+        };
+        if ask {
+            let pause = retry.delay.saturating_add(retry.jitter);
+            let standing = YIELD_STANDING
+                .saturating_add(pause.saturating_mul(2))
+                .min(Duration::from_secs(60));
+            tracing::info!(resource = %s.resource, term, priority = s.priority, "asking the leader to yield to a candidate of higher priority");
+            s.redlock
+                .request_yield(&s.resource, term, s.priority, standing)
+                .await;
+        }
+    }
+}
+
+impl Campaign {
+    /// Leads the term `number` held by `lock` until it is lost, yielded or resigned.
+    async fn hold(
+        &self,
+        lock: crate::rounds::lock::Lock,
+        number: u64,
+        stop: &mut oneshot::Receiver<()>,
+        mut state: Option<&mut watch::Receiver<ElectionState>>,
+        span: &tracing::Span,
+    ) -> Ended {
+        let s = &self.shared;
+        let since = lock.acquired_at();
+        let lock_value = lock.value().to_string();
+        let vacant = state.as_ref().and_then(|st| st.borrow().vacant_since);
+        let guard = match lock.keep_alive_with(self.keep_alive.clone()) {
+            Ok(g) => g,
+            // Validated in elect_with_options; the lock is released as it drops.
+            Err(_) => return Ended::Resigned,
+        };
+        let handle = guard.handle();
+        let mut changes = handle.changes();
+        // The fingerprint, never the token: logs are read by many.
+        tracing::info!(parent: span, fingerprint = %handle.fingerprint(), term = number, "became leader");
+        *locked(&s.lock_value) = Some((lock_value, 1));
+        *locked(&s.renewed) = Some(since);
+        crate::base::metrics::leading(&s.resource, true);
+        if let Some(v) = vacant {
+            crate::base::metrics::handover(&s.resource, v.elapsed());
+        }
+        s.role.send_replace(Role::Leader(Term {
+            since,
+            token: handle.token().to_string(),
+            valid_until: crate::hold::keepalive::fire_at(handle.deadline()),
+            value: lock_value_of(&s.value),
+            number,
+        }));
+        // Hold: follow extensions, step down the moment the lock is lost or a preferred
+        // candidate asks.
+        let ended = loop {
+            tokio::select! {
+                biased;
+                _ = &mut *stop => break "resigned",
+                reason = handle.lost() => {
+                    tracing::warn!(parent: span, %reason, "lost leadership; campaigning again");
+                    break "lost";
+                }
+                Ok(()) = changes.changed() => {
+                    let deadline = changes.borrow_and_update().deadline;
+                    *locked(&s.renewed) = Some(Instant::now());
+                    s.role.send_modify(|r| {
+                        if let Role::Leader(t) = r {
+                            t.valid_until = crate::hold::keepalive::fire_at(deadline);
+                        }
+                    });
+                }
+                () = state_changed(state.as_deref_mut()) => {
+                    let asked = state.as_ref().and_then(|st| st.borrow().yield_to);
+                    if let Some((term, priority, until)) = asked {
+                        if term == number && priority > s.priority && Instant::now() < until {
+                            tracing::info!(parent: span, term, to_priority = priority, own_priority = s.priority, "yielding leadership to a candidate of higher priority");
+                            break "yielded";
+                        }
+                    }
+                }
+            }
+        };
+        s.role.send_replace(Role::Follower);
+        *locked(&s.lock_value) = None;
+        crate::base::metrics::leading(&s.resource, false);
+        crate::base::metrics::term_ended(&s.resource, ended);
+        if ended != "lost" {
+            if let Err(e) = guard.release().await {
+                tracing::debug!(parent: span, error = %e, "release on {ended}");
+            }
+            s.redlock.notify_observers(&s.resource).await;
+        }
+        if ended == "resigned" {
+            tracing::info!(parent: span, "resigned");
+            return Ended::Resigned;
+        }
+        Ended::Again
+    }
+}
+
+/// How long a request to yield stands (plus two retry pauses): lower candidates hold back
+/// meanwhile, so that the preferred candidate takes the term.
+const YIELD_STANDING: Duration = Duration::from_secs(1);
+
+/// Whether a request to yield to a higher priority than `priority` stands: then this
+/// participant does not attempt.
+pub(crate) fn held_back(state: &ElectionState, priority: u32) -> bool {
+    state
+        .yield_to
+        .is_some_and(|(_, p, until)| p > priority && Instant::now() < until)
+}
+
+pub(crate) fn lock_value_of(value: &Mutex<String>) -> String {
+    locked(value).clone()
+}
+
+/// Resolves on the next change of the observer's state; never without an observer.
+async fn state_changed(state: Option<&mut watch::Receiver<ElectionState>>) {
+    if let Some(st) = state {
+        if st.changed().await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending().await
+}

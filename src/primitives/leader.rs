@@ -1,0 +1,508 @@
+//! Who leads an election, read from any process: the election record every node keeps beside
+//! the lock key (term number, campaign value, priority), the rounds that write it (a leader's
+//! claim and proclaim, a preferred candidate's request to yield, a resign's notice) and the one
+//! round that reads it ([`Redlock::leader_of`]).
+//!
+//! A record counts on a node only while the lock key there holds the record's lock value, so a
+//! leader that is gone (released, expired, taken over) is never named, whatever its record
+//! still says. A leader is named only when a quorum of nodes agree on the same term.
+//!
+//! Owns: the record's rounds and their decoding, [`Leader`]. Must not: campaign (the election
+//! does) or keep connections of its own (the observer does).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::Value;
+use tokio::time::Instant;
+
+use crate::base::error::{
+    Error, InvalidInput, Names, NodeError, NodeErrorKind, Result, Vote, Votes,
+};
+use crate::base::scripts::Script;
+use crate::rounds::quorum::{fan_out, Late};
+use crate::rounds::redlock::Redlock;
+
+/// Who leads an election, as a quorum of nodes says ([`Redlock::leader_of`],
+/// [`Observer`](crate::Observer)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    /// The leader's campaign value ([`ElectOptions::value`](crate::ElectOptions::value), or what
+    /// it last proclaimed): for example the address followers forward requests to.
+    pub value: String,
+    /// The term number: the term's fencing token, strictly larger than every earlier term's of
+    /// this election (it counts the transitions). Give it with every write a leader makes, so
+    /// that a deposed leader's late write can be told apart and refused.
+    pub term: u64,
+    /// The owner label stored with the leader's lock, if any (public, as
+    /// [`Redlock::inspect`] shows it).
+    pub label: Option<String>,
+    /// When a quorum of nodes will have let the term's keys expire unless the leader extends
+    /// them (on this process's monotonic clock, measured from before the read).
+    pub valid_until: Instant,
+}
+
+impl Leader {
+    /// Time left before [`valid_until`](Self::valid_until); zero once passed.
+    pub fn remaining(&self) -> Duration {
+        self.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// Same leader, term and value (the validity estimate aside).
+    pub(crate) fn same(a: &Option<Leader>, b: &Option<Leader>) -> bool {
+        match (a, b) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.term == b.term && a.value == b.value && a.label == b.label,
+            _ => false,
+        }
+    }
+}
+
+/// One node's view of an election (the `ELECT_VIEW` script's reply).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NodeView {
+    /// The lock key holds the record's term here.
+    pub(crate) live: bool,
+    pub(crate) term: u64,
+    pub(crate) value: String,
+    pub(crate) priority: u32,
+    pub(crate) version: u64,
+    pub(crate) pttl: i64,
+    pub(crate) label: String,
+    /// A pending request to yield: `(term, priority, pttl)`.
+    pub(crate) yield_to: Option<(u64, u32, i64)>,
+}
+
+/// What one read of every node found.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ElectionState {
+    pub(crate) leader: Option<Leader>,
+    /// The leader's priority (0 without a leader).
+    pub(crate) priority: u32,
+    /// The term and version of the leader's value (`(0, 0)` without a leader).
+    pub(crate) version: (u64, u64),
+    /// The strongest pending request to yield any node reports: `(term, priority, until)`.
+    pub(crate) yield_to: Option<(u64, u32, Instant)>,
+    /// When to read again even if nothing is published: when the leader's keys expire at a
+    /// quorum unless extended (`None` without a leader).
+    pub(crate) recheck_at: Option<Instant>,
+    /// Since when this reader has seen no leader (`None` while there is one).
+    pub(crate) vacant_since: Option<Instant>,
+}
+
+fn unexpected(node: &str, wanted: &str) -> NodeError {
+    NodeError {
+        node: node.to_string(),
+        kind: NodeErrorKind::UnexpectedReply,
+        message: format!("expected {wanted}"),
+    }
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Integer(n) => Some(*n),
+        _ => None,
+    }
+}
+
+/// Decodes one node's `ELECT_VIEW` reply; anything else is an `UnexpectedReply` error.
+pub(crate) fn decode_view(
+    node: &str,
+    reply: Result<Value, NodeError>,
+) -> Result<NodeView, NodeError> {
+    let wanted =
+        "the election view [live, term, value, priority, version, pttl, label, yield, yield_pttl]";
+    let Value::Array(parts) = reply? else {
+        return Err(unexpected(node, wanted));
+    };
+    let [live, term, value, priority, version, pttl, label, yield_raw, yield_pttl] =
+        parts.as_slice()
+    else {
+        return Err(unexpected(node, wanted));
+    };
+    let num = |v: &Value| int(v).ok_or_else(|| unexpected(node, wanted));
+    let text = |v: &Value| {
+        v.as_str()
+            .map(|s| s.into_owned())
+            .ok_or_else(|| unexpected(node, wanted))
+    };
+    let yield_text = text(yield_raw)?;
+    let yield_to = if yield_text.is_empty() {
+        None
+    } else {
+        let (t, p) = yield_text
+            .split_once(':')
+            .ok_or_else(|| unexpected(node, "a yield request 'term:priority'"))?;
+        let t = t.parse().map_err(|_| unexpected(node, "a yield term"))?;
+        let p = p
+            .parse()
+            .map_err(|_| unexpected(node, "a yield priority"))?;
+        Some((t, p, num(yield_pttl)?))
+    };
+    Ok(NodeView {
+        live: num(live)? == 1,
+        term: u64::try_from(num(term)?).map_err(|_| unexpected(node, "a term >= 0"))?,
+        value: text(value)?,
+        priority: u32::try_from(num(priority)?).map_err(|_| unexpected(node, "a priority"))?,
+        version: u64::try_from(num(version)?).unwrap_or(0),
+        pttl: num(pttl)?,
+        label: text(label)?,
+        yield_to,
+    })
+}
+
+/// The election state that `views` (one per node, `None` unanswered) show, read between
+/// `started` and `ended`: a leader when `quorum` nodes hold the same live term.
+pub(crate) fn tally(
+    views: &[Option<NodeView>],
+    quorum: usize,
+    started: Instant,
+    ended: Instant,
+) -> ElectionState {
+    let live: Vec<&NodeView> = views.iter().flatten().filter(|v| v.live).collect();
+    let mut state = ElectionState::default();
+    let ms = |pttl: i64| Duration::from_millis(u64::try_from(pttl.max(0)).unwrap_or(0));
+    for v in views.iter().flatten() {
+        if let Some((t, p, pttl)) = v.yield_to {
+            let until = ended.checked_add(ms(pttl)).unwrap_or(ended);
+            if state.yield_to.is_none_or(|(_, q, _)| p > q) {
+                state.yield_to = Some((t, p, until));
+            }
+        }
+    }
+    let Some(best) = live
+        .iter()
+        .map(|v| v.term)
+        .filter(|t| live.iter().filter(|v| v.term == *t).count() >= quorum)
+        .max()
+    else {
+        return state;
+    };
+    let same: Vec<&&NodeView> = live.iter().filter(|v| v.term == best).collect();
+    // The quorum-th longest TTL: until then a quorum still holds the term.
+    let mut ttls: Vec<i64> = same.iter().map(|v| v.pttl).collect();
+    ttls.sort_unstable_by(|a, b| b.cmp(a));
+    let pttl = ms(ttls.get(quorum.saturating_sub(1)).copied().unwrap_or(0));
+    // The newest value of the term (a proclaim may have reached only some nodes yet).
+    let Some(newest) = same.iter().max_by_key(|v| v.version) else {
+        return state;
+    };
+    state.priority = newest.priority;
+    state.version = (best, newest.version);
+    state.recheck_at = ended.checked_add(pttl + Duration::from_millis(1));
+    state.leader = Some(Leader {
+        value: newest.value.clone(),
+        term: best,
+        label: (!newest.label.is_empty()).then(|| newest.label.clone()),
+        valid_until: started.checked_add(pttl).unwrap_or(started),
+    });
+    state
+}
+
+/// What a leader writes into the record (see `scripts::ELECT_CLAIM`).
+pub(crate) struct Record<'a> {
+    /// The term's lock value: written only where the lock key still holds it.
+    pub(crate) lock_value: &'a str,
+    pub(crate) term: u64,
+    pub(crate) value: &'a str,
+    pub(crate) priority: u32,
+    /// 1 for the claim, one more per proclaim.
+    pub(crate) version: u64,
+}
+
+/// How a write to the record went.
+#[derive(Debug)]
+pub(crate) enum Written {
+    /// A quorum wrote it.
+    Done,
+    /// A quorum no longer holds our lock value, or a later term exists: we do not lead.
+    NotLeader,
+    /// Too few nodes answered.
+    Unavailable(Votes),
+}
+
+impl Redlock {
+    /// Who leads the election `resource` right now, as a quorum of nodes says: `Some` when a
+    /// quorum of nodes hold the same term and its lock, `None` when no valid term exists (no
+    /// leader, a handover in progress, or no quorum agrees). One read per node, sent at once,
+    /// each bounded by the per-node timeout (default 500 ms here); never changes anything.
+    ///
+    /// Errors: [`Error::Unavailable`] when fewer than a quorum of nodes answered (then nobody
+    /// can tell); [`InvalidInput`] for an empty or reserved name.
+    ///
+    /// Cancellation: safe at any point (read-only).
+    pub async fn leader_of(&self, resource: &str) -> Result<Option<Leader>> {
+        Ok(self.election_state(resource).await?.leader)
+    }
+
+    /// Reads the election's state on every node (see [`leader_of`](Self::leader_of)).
+    pub(crate) async fn election_state(&self, resource: &str) -> Result<ElectionState> {
+        self.check_election_name(resource)?;
+        let keys = Arc::new(vec![
+            self.key(resource),
+            self.election_key(resource),
+            self.yield_key(resource),
+        ]);
+        let timeout = self.read_timeout();
+        let started = Instant::now();
+        let answers = self
+            .record_round(
+                &crate::base::scripts::Scripts::get().elect_view,
+                keys,
+                Vec::new(),
+                timeout,
+            )
+            .await;
+        let ended = Instant::now();
+        let mut votes = Vec::with_capacity(answers.len());
+        let views: Vec<Option<NodeView>> = answers
+            .into_iter()
+            .zip(&self.inner.nodes)
+            .map(|(a, node)| match a.map(|r| decode_view(&node.name, r)) {
+                Some(Ok(v)) => {
+                    votes.push(Vote::Granted);
+                    Some(v)
+                }
+                Some(Err(e)) => {
+                    votes.push(Vote::Failed(e));
+                    None
+                }
+                None => {
+                    votes.push(Vote::Pending);
+                    None
+                }
+            })
+            .collect();
+        let reachable = views.iter().flatten().count();
+        if reachable < self.inner.quorum {
+            return Err(Error::Unavailable {
+                round: crate::base::error::Round::Acquire,
+                resources: Names(vec![resource.to_string()]),
+                attempts: 1,
+                nodes: self.inner.nodes.len(),
+                quorum: self.inner.quorum,
+                reachable,
+                votes: Votes(votes),
+            });
+        }
+        Ok(tally(&views, self.inner.quorum, started, ended))
+    }
+
+    pub(crate) fn check_election_name(&self, resource: &str) -> Result<(), InvalidInput> {
+        if resource.is_empty() {
+            return Err(InvalidInput::EmptyResource);
+        }
+        if resource.starts_with(crate::rounds::redlock::RESERVED) {
+            return Err(InvalidInput::ReservedResource(resource.to_string()));
+        }
+        self.check_slots(&[
+            self.key(resource),
+            self.election_key(resource),
+            self.yield_key(resource),
+        ])
+    }
+
+    fn read_timeout(&self) -> Duration {
+        self.inner
+            .node_timeout
+            .unwrap_or(Duration::from_millis(500))
+    }
+
+    /// `script` over `keys` with `argv` on every node, waiting for each (each bounded by
+    /// `timeout`).
+    async fn record_round(
+        &self,
+        script: &'static Script,
+        keys: Arc<Vec<String>>,
+        argv: Vec<Value>,
+        timeout: Duration,
+    ) -> Vec<Option<Result<Value, NodeError>>> {
+        let argv = Arc::new(argv);
+        let calls = self.inner.nodes.iter().enumerate().map(|(i, n)| {
+            (
+                i,
+                n.clone()
+                    .run_script(script, keys.clone(), argv.clone(), timeout),
+            )
+        });
+        fan_out(self.inner.nodes.len(), calls, None, Late::Drop, |_| false).await
+    }
+
+    /// Writes the record of a term this process leads: its number, value and priority, where
+    /// the lock key still holds `lock_value`; published on every node written.
+    pub(crate) async fn write_record(
+        &self,
+        resource: &str,
+        r: Record<'_>,
+        ttl: Duration,
+    ) -> Written {
+        let keys = Arc::new(vec![self.key(resource), self.election_key(resource)]);
+        let argv = vec![
+            Value::from(r.lock_value),
+            Value::from(r.term.to_string()),
+            Value::from(r.value),
+            Value::Integer(i64::from(r.priority)),
+            Value::from(r.version.to_string()),
+        ];
+        let timeout = self.inner.node_timeout(ttl);
+        let answers = self
+            .record_round(
+                &crate::base::scripts::Scripts::get().elect_claim,
+                keys,
+                argv,
+                timeout,
+            )
+            .await;
+        let mut later = false;
+        let votes: Vec<Vote> = answers
+            .into_iter()
+            .zip(&self.inner.nodes)
+            .map(|(a, node)| match a {
+                Some(Ok(Value::Integer(1))) => Vote::Granted,
+                Some(Ok(Value::Integer(0))) => Vote::Refused,
+                Some(Ok(Value::Integer(-1))) => {
+                    later = true;
+                    Vote::Refused
+                }
+                Some(Ok(_)) => Vote::Failed(unexpected(&node.name, "1, 0 or -1")),
+                Some(Err(e)) => Vote::Failed(e),
+                None => Vote::Pending,
+            })
+            .collect();
+        let votes = Votes(votes);
+        if later {
+            return Written::NotLeader;
+        }
+        match crate::rounds::quorum::outcome(&votes.0) {
+            crate::rounds::quorum::Outcome::Reached => Written::Done,
+            _ if votes.refused() > self.inner.nodes.len() - self.inner.quorum => Written::NotLeader,
+            _ => Written::Unavailable(votes),
+        }
+    }
+
+    /// Asks the leader of `term` to yield to a candidate of `priority`; the request stands for
+    /// `standing`. Best effort: the answers are not needed.
+    pub(crate) async fn request_yield(
+        &self,
+        resource: &str,
+        term: u64,
+        priority: u32,
+        standing: Duration,
+    ) {
+        let keys = Arc::new(vec![self.election_key(resource), self.yield_key(resource)]);
+        let argv = vec![
+            Value::from(term.to_string()),
+            Value::from(priority.to_string()),
+            Value::Integer(i64::try_from(standing.as_millis()).unwrap_or(i64::MAX)),
+        ];
+        let timeout = self.read_timeout();
+        self.record_round(
+            &crate::base::scripts::Scripts::get().elect_yield,
+            keys,
+            argv,
+            timeout,
+        )
+        .await;
+    }
+
+    /// Tells `resource`'s observers to read again (after a resign). Best effort.
+    pub(crate) async fn notify_observers(&self, resource: &str) {
+        let keys = Arc::new(vec![self.election_key(resource)]);
+        let timeout = self.read_timeout();
+        self.record_round(
+            &crate::base::scripts::Scripts::get().elect_notify,
+            keys,
+            vec![Value::from("ended")],
+            timeout,
+        )
+        .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(live: bool, term: u64, value: &str, version: u64, pttl: i64) -> Option<NodeView> {
+        Some(NodeView {
+            live,
+            term,
+            value: value.into(),
+            priority: 0,
+            version,
+            pttl,
+            label: String::new(),
+            yield_to: None,
+        })
+    }
+
+    #[test]
+    fn a_leader_needs_a_quorum_on_one_live_term() {
+        let t = Instant::now();
+        let s = tally(
+            &[view(true, 3, "a", 1, 900), view(true, 3, "a", 1, 800), None],
+            2,
+            t,
+            t,
+        );
+        let l = s.leader.expect("a quorum");
+        assert_eq!((l.term, l.value.as_str()), (3, "a"));
+        // The quorum-th longest TTL bounds the validity.
+        assert_eq!(l.valid_until, t + Duration::from_millis(800));
+        let s = tally(
+            &[
+                view(true, 3, "a", 1, 900),
+                view(false, 3, "a", 1, 800),
+                None,
+            ],
+            2,
+            t,
+            t,
+        );
+        assert!(s.leader.is_none());
+        let s = tally(
+            &[view(true, 3, "a", 1, 900), view(true, 4, "b", 1, 800), None],
+            2,
+            t,
+            t,
+        );
+        assert!(s.leader.is_none());
+        // A proclaim that reached some nodes: the newest value of the term.
+        let s = tally(
+            &[
+                view(true, 5, "old", 1, 900),
+                view(true, 5, "new", 2, 900),
+                view(true, 5, "old", 1, 900),
+            ],
+            2,
+            t,
+            t,
+        );
+        assert_eq!(s.leader.expect("leader").value, "new");
+    }
+
+    #[test]
+    fn replies_of_the_wrong_shape_are_errors() {
+        let ok = Value::Array(vec![
+            Value::Integer(1),
+            Value::Integer(7),
+            Value::from("addr"),
+            Value::Integer(2),
+            Value::Integer(1),
+            Value::Integer(500),
+            Value::from("me"),
+            Value::from("7:9"),
+            Value::Integer(300),
+        ]);
+        let v = decode_view("n", Ok(ok)).expect("view");
+        assert_eq!((v.term, v.priority, v.yield_to), (7, 2, Some((7, 9, 300))));
+        for bad in [
+            Value::Integer(1),
+            Value::Array(vec![Value::Integer(1)]),
+            Value::Array(vec![Value::from("x"); 9]),
+        ] {
+            let e = decode_view("n", Ok(bad)).expect_err("bad");
+            assert_eq!(e.kind, NodeErrorKind::UnexpectedReply);
+        }
+    }
+}

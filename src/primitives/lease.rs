@@ -1,0 +1,458 @@
+//! Leases: a held lock handed to another process. [`Lock::into_lease`] turns a lock into a
+//! [`Lease`] (its resources, its stored value with the secret token, its fencing tokens, its
+//! TTL and its deadline as a wall-clock time) without releasing anything; the lease prints as
+//! one line of text and parses back; [`Redlock::resume`] turns it into a [`Lock`] again after
+//! checking on a quorum that the token still holds the keys (never re-creating them), and
+//! [`Redlock::release_lease`] releases by lease, from any process.
+//!
+//! Owns: [`Lease`], its text form, resume and release by lease.
+//! Must not: create a lock key (a lease only ever finds, extends or deletes its own).
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
+
+use crate::base::error::{Error, InvalidInput, Names, NotHeldReason, Result, Vote, Votes};
+use crate::base::reply::Checked;
+use crate::hold::keepalive::KeepAlive;
+use crate::nodes::node::Held;
+use crate::rounds::lock::{Lock, ReleaseReport};
+use crate::rounds::quorum::{self, fan_out, quorum_known, AsVote, Late, Outcome};
+use crate::rounds::redlock::{Grant, Redlock};
+
+/// What a lease's text starts with, then its format version.
+const MAGIC: &str = "fredlock-lease";
+const VERSION: &str = "1";
+
+/// A held lock, handed from one process to another: the resources, the token, the fencing
+/// tokens, the TTL and the deadline as a wall-clock time.
+///
+/// **A lease is a secret**: whoever has its text can resume, extend and release the lock. Pass
+/// it the way you pass a password (an environment variable, a file readable by the next step,
+/// a secret store), never in a log or a URL. `Debug` shows the token's fingerprint only;
+/// `Display` prints the whole lease (that is its purpose), and `FromStr` parses it back.
+///
+/// A lease does not keep the lock alive: the keys expire with their TTL unless a process
+/// resumes the lease and extends (or keeps alive) the lock before [`deadline`](Self::deadline).
+/// Several processes that resume one lease all hold the same lock; hand it to one.
+///
+/// ```no_run
+/// # async fn demo(redlock: fredlock::Redlock) -> Result<(), fredlock::Error> {
+/// use std::time::Duration;
+/// use fredlock::{Lease, Lock};
+///
+/// // Step one of a pipeline takes the lock and passes it on as text.
+/// let lock = redlock.acquire("deploy:prod", Duration::from_secs(600)).await?;
+/// let text = lock.into_lease().to_string();
+/// // A later step, in another process: the same lock, checked on a quorum.
+/// let lock: Lock = redlock.resume(text.parse::<Lease>()?).await?;
+/// lock.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct Lease {
+    resources: Vec<String>,
+    /// What the nodes store: the token, then the label (see [`Lock::value`]).
+    value: String,
+    fencing: Option<Vec<u64>>,
+    /// Milliseconds since the Unix epoch.
+    deadline_ms: u64,
+    ttl: Duration,
+}
+
+impl fmt::Debug for Lease {
+    // The token is a secret: only its fingerprint is shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("resources", &self.resources)
+            .field("fingerprint", &self.fingerprint())
+            .field("label", &self.label())
+            .field("fencing", &self.fencing)
+            .field("deadline_unix_ms", &self.deadline_ms)
+            .field("ttl", &self.ttl)
+            .finish()
+    }
+}
+
+impl Lease {
+    /// The resources the lease holds (sorted, without the key prefix).
+    pub fn resources(&self) -> &[String] {
+        &self.resources
+    }
+
+    /// The wall-clock time after which the lock must be considered lost (the holder's deadline
+    /// when the lease was made, on its clock). Clocks of two machines differ: keep a margin.
+    pub fn deadline(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(self.deadline_ms)
+    }
+
+    /// Time left before [`deadline`](Self::deadline) on this machine's clock; zero once passed.
+    pub fn remaining(&self) -> Duration {
+        self.deadline()
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// Whether the deadline has passed on this machine's clock.
+    pub fn is_expired(&self) -> bool {
+        self.remaining().is_zero()
+    }
+
+    /// The TTL of the lock's last acquire or extend (what a resumed lock extends by default).
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The fencing token of the first resource (see [`Lock::fencing_token`]).
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing.as_ref().and_then(|t| t.first().copied())
+    }
+
+    /// Every resource's fencing token, in [`resources`](Self::resources) order.
+    pub fn fencing_tokens(&self) -> Option<&[u64]> {
+        self.fencing.as_deref()
+    }
+
+    /// The owner label stored with the lock (public).
+    pub fn label(&self) -> Option<&str> {
+        crate::base::owner::split(&self.value).1
+    }
+
+    /// The token's public fingerprint (see [`Lock::fingerprint`]).
+    pub fn fingerprint(&self) -> String {
+        crate::base::owner::fingerprint(crate::base::owner::split(&self.value).0)
+    }
+
+    fn held(&self, redlock: &Redlock) -> Result<Arc<Held>> {
+        // Validates the names and TTL as an acquire would (a permit's slot is a lease too).
+        let req = redlock.request_unchecked(self.resources.clone(), self.ttl)?;
+        Ok(Arc::new(Held {
+            keys: req.keys,
+            value: self.value.clone(),
+            custom: false,
+            resources: req.resources,
+            fence_keys: Vec::new(),
+            line: None,
+        }))
+    }
+}
+
+impl Lock {
+    /// Hands this lock over as a [`Lease`]: nothing is released, the keys stay until their TTL
+    /// unless the process that resumes the lease extends or releases them. The lease carries the
+    /// secret token: see [`Lease`].
+    pub fn into_lease(self) -> Lease {
+        // The wall clock first, then the time left: the deadline can only come out early.
+        let now = SystemTime::now();
+        let remaining = self.remaining();
+        let ttl = self.ttl();
+        let (held, fencing) = self.disarm();
+        let deadline = now.checked_add(remaining).unwrap_or(now);
+        Lease {
+            resources: held.resources.clone(),
+            value: held.value.clone(),
+            fencing,
+            deadline_ms: unix_ms(deadline),
+            ttl,
+        }
+    }
+}
+
+impl KeepAlive {
+    /// Stops keeping the lock alive here and hands it over as a [`Lease`] (see
+    /// [`Lock::into_lease`]); nothing is released. Handles see [`LostReason::Released`](crate::LostReason::Released).
+    ///
+    /// Errors: [`Error::NotHeld`] when the lock had already been lost.
+    ///
+    /// Cancellation: dropping the future before it returns releases the lock in the
+    /// background, as dropping the `KeepAlive` does.
+    pub async fn into_lease(self) -> Result<Lease> {
+        let resources = Names(self.resources().to_vec());
+        match self.stop().await {
+            Some(lock) if lock.is_valid() => Ok(lock.into_lease()),
+            _ => Err(Error::NotHeld {
+                resources,
+                reason: NotHeldReason::Expired,
+                votes: Votes::default(),
+            }),
+        }
+    }
+}
+
+impl AsVote for Checked {
+    fn as_vote(&self) -> &Vote {
+        &self.vote
+    }
+}
+
+impl Redlock {
+    /// The lock a [`Lease`] stands for, in this process: checks on every node (deciding as soon
+    /// as a quorum's answer is known) that the lease's token still holds every key, and changes
+    /// nothing there: a lock that expired or was taken over is never re-created. The lock's
+    /// deadline is the earlier of the lease's (converted to this machine's monotonic clock) and
+    /// what the nodes' TTLs allow: the time a quorum still keeps the keys, less the drift
+    /// allowance. Extend it, keep it alive or release it as any lock. Uses this `Redlock`'s key
+    /// prefix: resume with one configured like the lease's.
+    ///
+    /// Errors: [`Error::NotHeld`] with reason `Expired` when the lease's deadline passed (nothing
+    /// is sent), `TokenGone` when a quorum no longer holds the token (it expired or someone else
+    /// took the lock); [`Error::Unavailable`] when too few nodes answered; [`Error::InvalidInput`]
+    /// when the lease names reserved or cross-slot resources.
+    ///
+    /// Cancellation: safe (the check is read-only).
+    pub async fn resume(&self, lease: Lease) -> Result<Lock> {
+        let names = Names(lease.resources.clone());
+        let expired = |votes| Error::NotHeld {
+            resources: names.clone(),
+            reason: NotHeldReason::Expired,
+            votes,
+        };
+        let held = lease.held(self)?;
+        let inner = &self.inner;
+        let timeout = inner.node_timeout(lease.ttl);
+        // The monotonic clock first, then the time left: the deadline can only come out early.
+        let t0 = Instant::now();
+        let left = lease.remaining();
+        if left.is_zero() {
+            return Err(expired(Votes::default()));
+        }
+        let until = t0.checked_add(left);
+        let calls = inner
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i, n.clone().check_lease(held.clone(), timeout)));
+        let answers = fan_out(inner.nodes.len(), calls, until, Late::Drop, quorum_known).await;
+        let votes = Votes(
+            answers
+                .iter()
+                .map(|a| a.as_ref().map_or(Vote::Pending, |c| c.vote.clone()))
+                .collect(),
+        );
+        crate::base::metrics::failures(&votes.0);
+        if quorum::outcome(&votes.0) != Outcome::Reached {
+            return Err(inner.round_failure(&held, crate::base::error::Round::Extend, votes));
+        }
+        // The q-th longest TTL among the nodes that hold it: a quorum keeps the keys that long
+        // from t0 at least (each node answered after t0).
+        let mut pttls: Vec<u64> = answers
+            .iter()
+            .flatten()
+            .filter(|c| c.vote == Vote::Granted)
+            .map(|c| c.pttl_ms)
+            .collect();
+        pttls.sort_unstable_by(|a, b| b.cmp(a));
+        let quorum_ttl = Duration::from_millis(pttls.get(inner.quorum - 1).copied().unwrap_or(0));
+        let by_nodes = quorum::validity(quorum_ttl, inner.drift_factor)
+            .ok()
+            .and_then(|v| t0.checked_add(v));
+        let deadline = match (by_nodes, until) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) => a,
+            (None, _) => return Err(expired(votes)),
+        };
+        if Instant::now() >= deadline {
+            return Err(expired(votes));
+        }
+        let grant = Grant {
+            held,
+            t0,
+            deadline,
+            fencing: lease.fencing,
+        };
+        Ok(Lock::from_grant(self.clone(), grant, lease.ttl))
+    }
+
+    /// Releases the lock a [`Lease`] stands for, from any process: exactly
+    /// [`Lock::release`] (only keys that still hold the lease's token are deleted), without
+    /// resuming it first. The lease's deadline is not checked: a late release finds the token
+    /// gone and says so.
+    ///
+    /// Errors: as [`Lock::release`]: [`Error::NotHeld`] (`TokenGone`) when a quorum no longer
+    /// held the token, [`Error::Unavailable`] when too few nodes answered.
+    ///
+    /// Cancellation: the release is handed to the nodes at the first poll; dropping the future
+    /// later leaves it to finish on its own.
+    pub async fn release_lease(&self, lease: &Lease) -> Result<ReleaseReport> {
+        let held = lease.held(self)?;
+        let started = Instant::now();
+        let votes = self.inner.release_all(&held, lease.ttl).await;
+        let report = ReleaseReport {
+            votes: votes.clone(),
+            elapsed: started.elapsed(),
+        };
+        match quorum::outcome(&votes.0) {
+            Outcome::Reached => Ok(report),
+            _ => Err(self
+                .inner
+                .round_failure(&held, crate::base::error::Round::Release, votes)),
+        }
+    }
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl fmt::Display for Lease {
+    /// `fredlock-lease:1:DEADLINE_MS:TTL_MS:FENCING:VALUE:RESOURCES`: one line of shell-safe
+    /// text (the value and the resource names in hex, fencing tokens comma-separated or `-`).
+    /// This is the secret: print it only where the lock may go.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let fencing = match &self.fencing {
+            Some(t) => t.iter().map(u64::to_string).collect::<Vec<_>>().join(","),
+            None => "-".into(),
+        };
+        let resources: Vec<String> = self.resources.iter().map(|r| hex(r)).collect();
+        write!(
+            f,
+            "{MAGIC}:{VERSION}:{}:{}:{fencing}:{}:{}",
+            self.deadline_ms,
+            self.ttl.as_millis(),
+            hex(&self.value),
+            resources.join(",")
+        )
+    }
+}
+
+impl FromStr for Lease {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Lease> {
+        let bad = |why| Error::from(InvalidInput::InvalidLease(why));
+        let parts: Vec<&str> = s.trim().split(':').collect();
+        let [magic, version, deadline, ttl, fencing, value, resources] = parts.as_slice() else {
+            return Err(bad("wrong number of fields"));
+        };
+        if *magic != MAGIC {
+            return Err(bad("it does not start with fredlock-lease"));
+        }
+        if *version != VERSION {
+            return Err(bad("unknown version"));
+        }
+        let deadline_ms = deadline.parse().map_err(|_| bad("bad deadline"))?;
+        let ttl_ms: u64 = ttl.parse().map_err(|_| bad("bad TTL"))?;
+        if ttl_ms == 0 {
+            return Err(bad("zero TTL"));
+        }
+        let value = unhex(value).ok_or_else(|| bad("bad token"))?;
+        crate::base::owner::check_token(crate::base::owner::split(&value).0)
+            .map_err(|_| bad("bad token"))?;
+        let resources = resources
+            .split(',')
+            .map(|r| unhex(r).filter(|r| !r.is_empty()))
+            .collect::<Option<Vec<String>>>()
+            .ok_or_else(|| bad("bad resource name"))?;
+        let fencing = match *fencing {
+            "-" => None,
+            list => {
+                let tokens = list
+                    .split(',')
+                    .map(|t| t.parse::<u64>().ok())
+                    .collect::<Option<Vec<u64>>>()
+                    .ok_or_else(|| bad("bad fencing token"))?;
+                if tokens.len() != resources.len() {
+                    return Err(bad("one fencing token per resource expected"));
+                }
+                Some(tokens)
+            }
+        };
+        Ok(Lease {
+            resources,
+            value,
+            fencing,
+            deadline_ms,
+            ttl: Duration::from_millis(ttl_ms),
+        })
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for Lease {
+    /// As its text form (a string): the lease is a secret, serialize it only where it may go.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for Lease {
+    /// From its text form (a string).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Lease, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<String> {
+    if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let bytes = (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    String::from_utf8(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease() -> Lease {
+        Lease {
+            resources: vec!["deploy:prod".into(), "b,c:d".into()],
+            value: crate::base::owner::value(&"ab".repeat(16), "ci step 3"),
+            fencing: Some(vec![7, u64::MAX]),
+            deadline_ms: 1_700_000_000_000,
+            ttl: Duration::from_secs(600),
+        }
+    }
+
+    #[test]
+    fn text_round_trips_and_debug_hides_the_token() {
+        let l = lease();
+        let text = l.to_string();
+        assert!(text.starts_with("fredlock-lease:1:"));
+        assert!(!text.contains(' ') && !text.contains('\n'));
+        assert_eq!(text.parse::<Lease>().expect("parse"), l);
+        let debug = format!("{l:?}");
+        assert!(!debug.contains(&"ab".repeat(16)), "{debug}");
+        assert!(debug.contains(&l.fingerprint()));
+        let plain = Lease { fencing: None, ..l };
+        assert_eq!(plain.to_string().parse::<Lease>().expect("parse"), plain);
+    }
+
+    #[test]
+    fn hostile_text_is_a_typed_error() {
+        let good = lease().to_string();
+        let cases = [
+            String::new(),
+            "fredlock-lease".into(),
+            good.replace("fredlock-lease", "other"),
+            good.replacen(":1:", ":2:", 1),
+            good.replace(":600000:", ":0:"),
+            good.replace(":600000:", ":-5:"),
+            good.replace(":7,18446744073709551615:", ":7:"),
+            good.replace(":7,18446744073709551615:", ":x,y:"),
+            format!("{good}zz"),
+            format!("{good}:extra"),
+            good.replace(&hex(&lease().value), ""),
+            good.replace(&hex(&lease().value), "ff"),
+        ];
+        for text in cases {
+            match text.parse::<Lease>() {
+                Err(Error::InvalidInput(InvalidInput::InvalidLease(_))) => {}
+                other => panic!("{text:?}: {other:?}"),
+            }
+        }
+    }
+}

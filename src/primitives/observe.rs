@@ -1,0 +1,375 @@
+//! Observing an election from any process: who leads, pushed as it changes.
+//!
+//! An [`Observer`] keeps one subscriber connection per node (its own, separate from the lock
+//! connections and from the waiters' subscribers) on the election record's channel, where every
+//! claim, proclaim, request to yield and resign publishes. A message only says "read again": the
+//! observer then reads every node once ([`Redlock::leader_of`]'s round) and names a leader only
+//! when a quorum agree, so a forged, duplicated or reordered message can never make it name the
+//! wrong leader. What no message reports is covered without polling:
+//! - a leader that dies or is cut off publishes nothing: the observer reads again when the
+//!   term's keys expire at a quorum unless extended (the quorum-th longest TTL of its last read
+//!   plus 1 ms), so a killed leader shows as `None` within its TTL of its last extension;
+//! - a message lost with its connection: after a subscriber connection comes back (and is
+//!   subscribed again) the observer reads again;
+//! - a message lost otherwise: the same expiry-time read corrects it within one TTL.
+//!
+//! While nothing changes, an observer sends one read per node per term-expiry interval (about
+//! one per extension of the leader's lock), and nothing at all without a leader.
+//!
+//! Owns: the subscriber connections of observers, the read loop. Must not: write anything.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
+use fred::prelude::{Config, Options};
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::base::error::Result;
+use crate::primitives::leader::{ElectionState, Leader};
+use crate::rounds::redlock::Redlock;
+
+/// Bound on one SUBSCRIBE round trip, and on waiting for the subscriptions at start.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest pause between reads while too few nodes answer.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// Follows who leads an election ([`Redlock::observe`]); for processes that do not campaign as
+/// well as for candidates. Dropping it closes its connections.
+#[derive(Debug)]
+pub struct Observer {
+    leader: watch::Receiver<Option<Leader>>,
+    state: watch::Receiver<ElectionState>,
+    closed: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Observer {
+    /// A receiver of every change of leader, term or value (`None`: no leader). Not woken by a
+    /// mere extension of the same term.
+    pub fn watch(&self) -> watch::Receiver<Option<Leader>> {
+        self.leader.clone()
+    }
+
+    /// The leader as last read (`None`: no valid term, or no read reached a quorum yet).
+    pub fn current(&self) -> Option<Leader> {
+        self.leader.borrow().clone()
+    }
+
+    /// The full state as last read (leader's priority, a pending request to yield).
+    pub(crate) fn state(&self) -> watch::Receiver<ElectionState> {
+        self.state.clone()
+    }
+
+    /// Stops observing and closes the connections (QUIT), waiting for them.
+    ///
+    /// Cancellation: dropping the future still stops it; the connections close in the
+    /// background.
+    pub async fn close(mut self) {
+        self.closed.send_replace(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        self.closed.send_replace(true);
+    }
+}
+
+impl Redlock {
+    /// Starts observing the election `resource`: [`Observer::watch`] then yields every change of
+    /// leader, pushed by the nodes (see "Elections others can see" in docs/guide.md: a resign, a
+    /// new term and a proclaim arrive within a round trip; a killed leader shows as `None` once
+    /// its keys expire). Returns once the subscriptions are in place (on every node that answers
+    /// within 2 s) and the first read is done, so [`Observer::current`] is right from the start.
+    /// Must be called inside a tokio runtime.
+    ///
+    /// Redis Cluster nodes get no subscriber (their published messages go to every shard): their
+    /// changes arrive through the other nodes' messages or the expiry-time read.
+    ///
+    /// Errors: [`InvalidInput`](crate::InvalidInput) for an empty or reserved name, at once.
+    ///
+    /// Cancellation: dropping the future closes what it opened.
+    pub async fn observe(&self, resource: &str) -> Result<Observer> {
+        self.check_election_name(resource)?;
+        let (leader_tx, leader_rx) = watch::channel(None);
+        let (state_tx, state_rx) = watch::channel(ElectionState::default());
+        let (closed_tx, _) = watch::channel(false);
+        let wake = Arc::new(Wake::default());
+        let channel = self.election_key(resource);
+        let (subscribed_tx, mut subscribed_rx) = watch::channel(0usize);
+        let subscribed_tx = Arc::new(subscribed_tx);
+        let mut subscribers = Vec::new();
+        for node in self.inner.nodes.iter() {
+            if let Some(config) = node.subscriber_config() {
+                let sub = Subscriber {
+                    node: node.name.clone(),
+                    channel: channel.clone(),
+                    wake: wake.clone(),
+                    closed: closed_tx.subscribe(),
+                    subscribed: subscribed_tx.clone(),
+                };
+                subscribers.push(tokio::spawn(sub.run(config)));
+            }
+        }
+        let wanted = subscribers.len();
+        let reader = Reader {
+            redlock: self.clone(),
+            resource: resource.to_string(),
+            leader: leader_tx,
+            state: state_tx,
+        };
+        // Wait for the subscriptions (bounded), then read once before handing it out.
+        let _ =
+            tokio::time::timeout(COMMAND_TIMEOUT, subscribed_rx.wait_for(|n| *n >= wanted)).await;
+        let first = reader.read().await;
+        let closed = closed_tx.subscribe();
+        let task = tokio::spawn(reader.run(first, wake, closed, subscribers));
+        Ok(Observer {
+            leader: leader_rx,
+            state: state_rx,
+            closed: closed_tx,
+            task: Some(task),
+        })
+    }
+}
+
+struct Reader {
+    redlock: Redlock,
+    resource: String,
+    leader: watch::Sender<Option<Leader>>,
+    state: watch::Sender<ElectionState>,
+}
+
+impl Reader {
+    /// One read of every node; returns when to read again without a message.
+    async fn read(&self) -> std::result::Result<Option<Instant>, ()> {
+        match self.redlock.election_state(&self.resource).await {
+            Ok(mut state) => {
+                let next = state.recheck_at;
+                if state.leader.is_none() {
+                    let before = self.state.borrow().vacant_since;
+                    state.vacant_since = before.or(Some(Instant::now()));
+                }
+                self.publish(state.leader.clone());
+                self.state.send_replace(state);
+                Ok(next)
+            }
+            Err(e) => {
+                tracing::debug!(resource = %self.resource, error = %e, "fredlock: observer read failed");
+                // Nobody can be named without a quorum once the last term's validity ran out.
+                let stale = self
+                    .leader
+                    .borrow()
+                    .as_ref()
+                    .is_some_and(|l| Instant::now() >= l.valid_until);
+                if stale {
+                    self.publish(None);
+                }
+                Err(())
+            }
+        }
+    }
+
+    /// Sends `leader` to the watchers when it is another leader, term or value; a new
+    /// validity of the same term is stored without waking them.
+    fn publish(&self, leader: Option<Leader>) {
+        self.leader.send_if_modified(|cur| {
+            let changed = !Leader::same(cur, &leader);
+            *cur = leader;
+            changed
+        });
+    }
+
+    async fn run(
+        self,
+        first: std::result::Result<Option<Instant>, ()>,
+        wake: Arc<Wake>,
+        mut closed: watch::Receiver<bool>,
+        subscribers: Vec<JoinHandle<()>>,
+    ) {
+        let mut backoff = Duration::from_millis(50);
+        let mut next = first.unwrap_or_else(|()| Some(Instant::now() + backoff));
+        loop {
+            let timer = async {
+                match next {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = closed.wait_for(|c| *c) => break,
+                () = wake.notify.notified() => {
+                    // Every node publishes each change: read once per change, not per node.
+                    let seen = self.state.borrow().version;
+                    if !wake.take(seen) {
+                        continue;
+                    }
+                }
+                () = timer => {}
+            }
+            next = match self.read().await {
+                Ok(next) => {
+                    backoff = Duration::from_millis(50);
+                    next
+                }
+                Err(()) => {
+                    let at = Instant::now() + backoff;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    Some(at)
+                }
+            };
+        }
+        for s in subscribers {
+            let _ = s.await;
+        }
+    }
+}
+
+/// What the subscribers tell the reader: a change was announced.
+#[derive(Default)]
+struct Wake {
+    notify: Notify,
+    /// `read`: something was announced that needs a read whatever was read before (a resign,
+    /// a request to yield, a resubscription, lost messages); `newest`: the newest
+    /// `(term, version)` announced by a claim or proclaim.
+    pending: std::sync::Mutex<(bool, (u64, u64))>,
+}
+
+impl Wake {
+    /// A message arrived: `Some(version)` from a claim or proclaim, `None` for anything else.
+    fn announce(&self, version: Option<(u64, u64)>) {
+        {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            match version {
+                Some(v) => p.1 = p.1.max(v),
+                None => p.0 = true,
+            }
+        }
+        self.notify.notify_one();
+    }
+
+    /// Whether a read is needed, given the version last read (and resets the request).
+    fn take(&self, seen: (u64, u64)) -> bool {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let needed = p.0 || p.1 > seen;
+        p.0 = false;
+        needed
+    }
+}
+
+/// `term:version` as a claim or proclaim publishes it.
+fn parse_version(text: &str) -> Option<(u64, u64)> {
+    let (t, v) = text.split_once(':')?;
+    Some((t.parse().ok()?, v.parse().ok()?))
+}
+
+/// One node's subscriber connection of one observer.
+struct Subscriber {
+    node: String,
+    channel: String,
+    wake: Arc<Wake>,
+    closed: watch::Receiver<bool>,
+    /// Counts subscriptions made (the start waits for one per node).
+    subscribed: Arc<watch::Sender<usize>>,
+}
+
+fn options() -> Options {
+    Options {
+        timeout: Some(COMMAND_TIMEOUT),
+        max_attempts: Some(1),
+        fail_fast: true,
+        ..Options::default()
+    }
+}
+
+impl Subscriber {
+    async fn run(mut self, config: Config) {
+        let client = match crate::nodes::connection::builder(config, 1_000).build() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(node = %self.node, cause = %crate::nodes::connection::classify(&e).1, "fredlock: cannot create an observer's subscriber connection; changes on this node are read at expiry times only");
+                return;
+            }
+        };
+        let mut closed = self.closed.clone();
+        tokio::select! {
+            () = self.serve(&client) => {}
+            _ = closed.wait_for(|c| *c) => {}
+        }
+        if client.is_connected() {
+            let _ = tokio::time::timeout(COMMAND_TIMEOUT, client.quit()).await;
+        }
+    }
+
+    async fn serve(&mut self, client: &fred::clients::Client) {
+        use tokio::sync::broadcast::error::RecvError;
+        let mut messages = client.message_rx();
+        let mut reconnects = client.reconnect_rx();
+        let mut errors = client.error_rx();
+        let mut backoff = Duration::from_millis(50);
+        while client.init().await.is_err() {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+        let mut first = true;
+        // Subscribe (again), then read: what was published while unsubscribed is read then.
+        let mut resubscribe = true;
+        loop {
+            if resubscribe {
+                match client
+                    .with_options(&options())
+                    .subscribe(self.channel.clone())
+                    .await
+                {
+                    Ok(()) => {
+                        resubscribe = false;
+                        backoff = Duration::from_millis(50);
+                        if first {
+                            first = false;
+                            self.subscribed.send_modify(|n| *n += 1);
+                        } else {
+                            self.wake.announce(None);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(node = %self.node, cause = %crate::nodes::connection::classify(&e).1, "fredlock: observer subscribe failed; retrying");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        continue;
+                    }
+                }
+            }
+            tokio::select! {
+                m = messages.recv() => match m {
+                    Ok(message) => {
+                        let text = message.value.as_string();
+                        self.wake.announce(text.as_deref().and_then(parse_version));
+                    }
+                    // Messages were dropped: read again.
+                    Err(RecvError::Lagged(_)) => self.wake.announce(None),
+                    Err(RecvError::Closed) => return,
+                },
+                e = errors.recv() => {
+                    if matches!(e, Err(RecvError::Closed)) {
+                        return;
+                    }
+                    // Messages published from now until subscribed again are lost: the
+                    // reconnect re-subscribes and reads.
+                }
+                r = reconnects.recv() => {
+                    if matches!(r, Err(RecvError::Closed)) {
+                        return;
+                    }
+                    resubscribe = true;
+                }
+            }
+        }
+    }
+}

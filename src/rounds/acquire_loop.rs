@@ -1,0 +1,439 @@
+//! The retry loop of every acquire (locks, semaphore permits, read-write locks): runs single
+//! attempts of the rounds layer below until one is granted, the budget of waiting is spent or
+//! the caller's `wait` has passed, and keeps the waiter's place in the resource's wait line.
+//!
+//! The loop is a small state machine of three steps, each a function: [`Acquiring::attempt`]
+//! (one attempt, with the turn in line it carries), [`Acquiring::decide`] (after a refusal:
+//! give up, attempt again at once, or wait, and for how long) and [`Acquiring::wait`] (for the
+//! timer or a wake-up from the gate).
+//!
+//! Owns: the acquire retry loop, a waiter's place in line ([`WaitLine`], `Place`), the error an
+//! acquire that gave up returns. Must not: send commands itself (the rounds in `redlock` do), or
+//! know what is acquired (a [`Lock`](crate::Lock), a permit: the caller's `attempt` builds it).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::base::error::{Error, Names, Result};
+use crate::base::line::{Member, RENEW};
+use crate::nodes::node::Queue;
+use crate::rounds::redlock::{random_up_to, Failure, Inner, Redlock, Retry, Turn};
+
+impl Redlock {
+    /// The retry loop of every acquire: runs `attempt` until it succeeds, or it has waited
+    /// `retry.attempts - 1` pauses (without `wait`), or the next attempt would start after
+    /// `wait` (with it; a wait too large for the clock is no limit). A rejected request ends it
+    /// at once.
+    ///
+    /// An acquire of one resource that may wait takes a place in the resource's wait line on
+    /// its gate node (`line`, see `crate::base::line`): its first refused attempt puts it in line,
+    /// and from then on it waits for its turn:
+    /// - woken (the gate's release script woke this member: it is the head and the key is
+    ///   free), it attempts on every node at once;
+    /// - otherwise its timer fires: it asks the gate alone (a probe, which also renews its
+    ///   place), and the other nodes only if the gate granted. The timer is [`RENEW`] while
+    ///   wake-ups reach it (for the head, the holder's TTL left on the gate if sooner, so an
+    ///   expired holder is noticed at once), else the retry pause times the place behind the head (1 to 8).
+    ///
+    /// Without a line (several resources, a node failure at the gate, a `try_acquire`), it
+    /// pauses `delay + random(0..=jitter)` between attempts. `attempts` is a budget of waiting
+    /// time in pauses either way: a long wait in line for a turn counts as the pauses it lasted.
+    /// Dropping the future, giving up or failing leaves the line (in the background).
+    pub(crate) async fn with_retries<T, F, Fut>(
+        &self,
+        retry: Retry,
+        wait: Option<Duration>,
+        resources: &[String],
+        line: Option<WaitLine>,
+        ttl: Duration,
+        attempt: F,
+    ) -> Result<T>
+    where
+        F: FnMut(Turn) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, Failure>>,
+    {
+        let started = Instant::now();
+        let result = self
+            .retry_loop(retry, wait, resources, line, ttl, attempt)
+            .await;
+        let outcome = match &result {
+            Ok(_) => "granted",
+            Err(Error::Contended { .. }) => "contended",
+            Err(Error::ValidityExpired { .. }) => "expired",
+            Err(Error::InvalidInput(_)) => "invalid",
+            Err(_) => "unavailable",
+        };
+        crate::base::metrics::acquired(outcome, started.elapsed());
+        result
+    }
+
+    /// Attempt, decide, wait; until an attempt is granted or the loop gives up.
+    async fn retry_loop<T, F, Fut>(
+        &self,
+        retry: Retry,
+        wait: Option<Duration>,
+        resources: &[String],
+        line: Option<WaitLine>,
+        ttl: Duration,
+        mut attempt: F,
+    ) -> Result<T>
+    where
+        F: FnMut(Turn) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, Failure>>,
+    {
+        let mut state = Acquiring::new(self, retry, wait, resources, line, ttl);
+        loop {
+            let failure = match state.attempt(&mut attempt).await {
+                Ok(value) => return Ok(value),
+                Err(failure) => failure,
+            };
+            match state.decide(failure) {
+                Decision::GiveUp(e) => return Err(e),
+                Decision::Again => {}
+                Decision::Wait(pause) => state.wait(pause).await?,
+            }
+        }
+    }
+
+    /// The error for an acquire that gave up after `attempts` attempts, the last one `failure`.
+    fn failed(
+        &self,
+        failure: Failure,
+        resources: &[String],
+        attempts: u32,
+        ttl: Duration,
+    ) -> Error {
+        tracing::Span::current().record("attempt", attempts);
+        let resources = Names(resources.to_vec());
+        match failure {
+            Failure::Contended(votes) | Failure::Queued(votes, _) => Error::Contended {
+                resources,
+                attempts,
+                votes,
+            },
+            Failure::Unavailable(votes) => self.inner.unavailable(resources, attempts, votes),
+            Failure::Expired(elapsed) => Error::ValidityExpired {
+                resources,
+                attempts,
+                elapsed,
+                ttl,
+            },
+            Failure::Rejected(e) => e.into(),
+        }
+    }
+}
+
+/// One acquire's retry loop between its steps.
+struct Acquiring<'a> {
+    redlock: &'a Redlock,
+    retry: Retry,
+    resources: &'a [String],
+    ttl: Duration,
+    /// No attempt starts after this (`wait`; `None`: no limit in time).
+    give_up: Option<Instant>,
+    /// The place in the resource's wait line, for a call that may wait at all.
+    place: Option<Place>,
+    /// Waiting time so far and allowed, in retry pauses (no limit with `wait`).
+    waited: f64,
+    budget: f64,
+    attempts: u32,
+    /// The next attempt asks the gate first.
+    probe: bool,
+    /// The last attempt carried the member (it may have put us in line).
+    joining: bool,
+}
+
+/// What the loop does after a refused attempt.
+enum Decision {
+    /// Stop with this error.
+    GiveUp(Error),
+    /// Attempt again at once.
+    Again,
+    /// Wait for the timer or a wake-up, then attempt again.
+    Wait(Pause),
+}
+
+/// A planned wait: until when, what it counts for, and the refusal that led to it.
+struct Pause {
+    failure: Failure,
+    /// The place in line the gate told, if any.
+    queue: Option<Queue>,
+    /// The retry pause (`delay + random(0..=jitter)`) the waiting time is counted in.
+    pause: Duration,
+    /// Pauses the wait counts for if the timer fires.
+    planned: f64,
+    /// When the timer fires (`None`: never).
+    until: Option<Instant>,
+    started: Instant,
+}
+
+impl<'a> Acquiring<'a> {
+    fn new(
+        redlock: &'a Redlock,
+        retry: Retry,
+        wait: Option<Duration>,
+        resources: &'a [String],
+        line: Option<WaitLine>,
+        ttl: Duration,
+    ) -> Self {
+        // A place in line only for a call that may wait at all (never for `try_acquire`).
+        let may_wait = wait.map_or(retry.attempts > 1, |w| !w.is_zero());
+        let place = line
+            .filter(|_| may_wait)
+            .map(|l| Place::new(&redlock.inner, l));
+        // A key contended lately: ask its gate first rather than split the woken head's votes.
+        let probe = place.as_ref().is_some_and(|p| p.is_hot());
+        Acquiring {
+            redlock,
+            retry,
+            resources,
+            ttl,
+            give_up: wait.and_then(|w| Instant::now().checked_add(w)),
+            place,
+            waited: 0.0,
+            budget: match wait {
+                None => f64::from(retry.attempts.saturating_sub(1)),
+                Some(_) => f64::INFINITY,
+            },
+            attempts: 0,
+            probe,
+            joining: false,
+        }
+    }
+
+    /// Step 1: one attempt, carrying this call's turn in line.
+    async fn attempt<T, F, Fut>(&mut self, attempt: &mut F) -> std::result::Result<T, Failure>
+    where
+        F: FnMut(Turn) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, Failure>>,
+    {
+        self.attempts = self.attempts.saturating_add(1);
+        crate::base::metrics::attempt();
+        // The first attempt, unless it asks the gate first, does not join the line: in the
+        // common case it is granted, and a refusal at the gate that its grant overtook would
+        // leave a member nobody waits for.
+        self.joining = self.probe || self.attempts > 1;
+        let (probe, joining) = (self.probe, self.joining);
+        let turn = self
+            .place
+            .as_mut()
+            .map(|p| p.turn(probe, joining))
+            .unwrap_or_default();
+        let value = attempt(turn).await?;
+        if let Some(p) = self.place.as_mut() {
+            // Granted by the gate: it took us out of its line with the grant.
+            // Granted without its answer: we may be in line there; leave (in the
+            // background).
+            if p.gated.load(std::sync::atomic::Ordering::Relaxed) {
+                p.joined = false;
+            }
+        }
+        tracing::Span::current().record("attempt", self.attempts);
+        tracing::debug!("acquired");
+        Ok(value)
+    }
+
+    /// Step 2: after a refused attempt, give up, attempt again at once, or plan a wait.
+    fn decide(&mut self, failure: Failure) -> Decision {
+        if let Failure::Rejected(e) = failure {
+            return Decision::GiveUp(e.into());
+        }
+        // Refused (NOPERM) by so many nodes that no retry can succeed: say so at once.
+        if let Failure::Unavailable(votes) = &failure {
+            let subject = format!("lock {}", Names(self.resources.to_vec()));
+            let quorum = self.redlock.quorum();
+            if let Some(e) = crate::base::error::not_permitted(subject, votes, quorum) {
+                return Decision::GiveUp(e);
+            }
+        }
+        tracing::trace!(attempt = self.attempts, "attempt failed");
+        let queue = match &failure {
+            Failure::Queued(_, q) if q.rank >= 0 => Some(*q),
+            _ => None,
+        };
+        let contended = matches!(failure, Failure::Contended(_) | Failure::Queued(..));
+        if let Some(p) = self.place.as_mut() {
+            p.failed(contended, self.joining);
+        }
+        let pause = self.retry.delay + random_up_to(self.retry.jitter);
+        let now = Instant::now();
+        if self.waited >= self.budget || self.give_up.is_some_and(|g| now >= g) {
+            return Decision::GiveUp(self.give_up_after(failure));
+        }
+        if self.place.is_some() && contended && !self.joining {
+            // Met a holder without joining: join at once (a probe of the gate).
+            self.probe = true;
+            return Decision::Again;
+        }
+        let timer = match (&self.place, queue) {
+            (Some(p), Some(q)) => p.timer(q, pause),
+            // In line without news of the place (the gate failed): renew it in time.
+            (Some(p), None) if p.joined => pause.min(RENEW),
+            _ => pause,
+        };
+        let planned = pauses(timer, pause).min(self.budget - self.waited);
+        let until = Duration::try_from_secs_f64(pause.as_secs_f64() * planned)
+            .ok()
+            .filter(|_| !pause.is_zero())
+            .unwrap_or(timer);
+        let until = match (now.checked_add(until), self.give_up) {
+            (Some(t), Some(g)) => Some(t.min(g)),
+            (t, g) => t.or(g),
+        };
+        Decision::Wait(Pause {
+            failure,
+            queue,
+            pause,
+            planned,
+            until,
+            started: now,
+        })
+    }
+
+    /// Step 3: wait for the timer or a wake-up from the gate; an error when the time to wait
+    /// ran out meanwhile.
+    async fn wait(&mut self, p: Pause) -> Result<()> {
+        let sleep = async {
+            match p.until {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        let place = &self.place;
+        let woken = async {
+            match place {
+                Some(place) if p.queue.is_some() => place.member.woken().await,
+                _ => std::future::pending().await,
+            }
+        };
+        tracing::trace!(attempt = self.attempts, queue = ?p.queue, "waiting");
+        tokio::select! {
+            biased;
+            () = woken => {
+                self.waited += pauses(p.started.elapsed(), p.pause).min(p.planned);
+                // Woken by the gate: the head of the line, the key free: every node at
+                // once. Woken by a subscriber coming up: look at the gate first.
+                self.probe = !self.place.as_ref().is_some_and(|place| place.member.take_turn());
+            }
+            () = sleep => {
+                self.waited += p.planned;
+                // A timer in line: ask the gate first (it also renews the place).
+                self.probe = p.queue.is_some();
+                // No attempt starts after `wait` (but every call makes one).
+                if self.give_up.is_some_and(|g| Instant::now() >= g) {
+                    return Err(self.give_up_after(p.failure));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The error to return, the last attempt refused with `failure`.
+    fn give_up_after(&self, failure: Failure) -> Error {
+        self.redlock
+            .failed(failure, self.resources, self.attempts, self.ttl)
+    }
+}
+
+/// How many retry pauses `elapsed` is (a zero pause counts each wait as one).
+fn pauses(elapsed: Duration, pause: Duration) -> f64 {
+    if pause.is_zero() {
+        1.0
+    } else {
+        elapsed.as_secs_f64() / pause.as_secs_f64()
+    }
+}
+/// Where a waiting acquire's line is: its gate, the line's key, the lock keys (a leaver that
+/// was the head wakes the next one when one of them is free) and the key whose contention this
+/// Redlock remembers.
+pub(crate) struct WaitLine {
+    pub(crate) gate: usize,
+    pub(crate) line_key: String,
+    pub(crate) keys: Vec<String>,
+    pub(crate) hot: String,
+}
+
+/// A waiting acquire's place in a line: its member, and whether the gate may have it in line
+/// (then leaving, by giving up or being dropped, removes it there in the background).
+struct Place {
+    inner: Arc<Inner>,
+    line: WaitLine,
+    member: Member,
+    joined: bool,
+    /// The last attempt's gate granted.
+    gated: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Place {
+    fn new(inner: &Arc<Inner>, line: WaitLine) -> Place {
+        Place {
+            member: inner.line.member(Some(line.gate)),
+            inner: inner.clone(),
+            line,
+            joined: false,
+            gated: Default::default(),
+        }
+    }
+
+    fn is_hot(&self) -> bool {
+        self.inner.line.is_hot(&self.line.hot)
+    }
+
+    /// The next attempt's turn; forgets a wake-up that came during the previous attempt.
+    fn turn(&mut self, probe: bool, joining: bool) -> Turn {
+        self.member.clear();
+        // From now on the gate may put us in line: a call dropped mid-attempt leaves it.
+        self.joined |= joining;
+        Turn {
+            member: joining.then(|| self.member.name().clone()),
+            probe,
+            gated: self.gated.clone(),
+        }
+    }
+
+    /// An attempt failed (`contended`: a holder or a line was in the way; `joining`: it
+    /// carried the member).
+    fn failed(&mut self, contended: bool, joining: bool) {
+        // Any failed attempt with the member may have left us in line (refused, or put back at
+        // the front).
+        self.joined |= joining;
+        if contended {
+            self.inner.line.mark_hot(&self.line.hot);
+            if let Some(wake) = &self.inner.wake {
+                wake.start();
+            }
+        }
+    }
+
+    /// How long to wait for a wake-up before probing the gate, at place `q` of the line.
+    fn timer(&self, q: Queue, pause: Duration) -> Duration {
+        let woken = self.inner.wake.is_some() && self.inner.line.is_up(self.line.gate);
+        let expiry = u64::try_from(q.pttl)
+            .ok()
+            .map(|ms| Duration::from_millis(ms.saturating_add(1)));
+        match (woken, q.rank) {
+            (true, 0) => expiry.map_or(RENEW, |e| e.min(RENEW)),
+            (true, _) => RENEW,
+            // Polling: the next in line at the retry pace, the others as far behind as they are.
+            (false, rank) => {
+                let behind = u32::try_from(rank.clamp(1, 8)).unwrap_or(8);
+                pause.saturating_mul(behind).min(RENEW)
+            }
+        }
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if self.joined {
+            self.inner.leave_line(
+                self.line.gate,
+                std::mem::take(&mut self.line.keys),
+                std::mem::take(&mut self.line.line_key),
+                self.member.name().to_string(),
+            );
+        }
+    }
+}

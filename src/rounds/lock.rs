@@ -1,0 +1,569 @@
+//! A held lock: its resources, token and deadline; extend and release; what dropping it does.
+//! Also the acquire calls of [`Redlock`] that hand out a [`Lock`], each one the retry loop of
+//! `acquire_loop` over the single attempts of the rounds layer below.
+//!
+//! Owns: [`Lock`], [`AcquireOptions`], the acquire calls, the drop behaviour.
+//! Must not: send commands itself (the rounds in `redlock` do), retry (`acquire_loop` does), or
+//! know about keep-alive.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::base::error::{Error, Result, Votes};
+use crate::nodes::node::Held;
+use crate::rounds::acquire_loop::WaitLine;
+use crate::rounds::quorum::{self, Outcome};
+use crate::rounds::redlock::{spawn_release, Grant, Redlock, Resources, Retry, Turn};
+
+/// A lock held on a quorum of nodes until [`deadline`](Lock::deadline).
+///
+/// Dropping a `Lock` without [`release`](Lock::release) releases it in a background task (and
+/// says so in a `tracing` debug event); if no tokio runtime is running, the keys expire with their
+/// TTL. Prefer `release().await`, which also tells you whether you still held it.
+#[must_use = "dropping a Lock releases it at once"]
+#[derive(Debug)]
+pub struct Lock {
+    redlock: Redlock,
+    /// Keys, token and resource names (shared with every per-node command of this lock).
+    held: Arc<Held>,
+    ttl: Duration,
+    acquired_at: Instant,
+    deadline: Instant,
+    released: bool,
+    /// With fencing: one token per resource, in `resources` order.
+    fencing: Option<Vec<u64>>,
+    /// [`AcquireOptions::hold_at_least`]: a release before `acquired_at + this` lets the keys
+    /// expire then instead of deleting them.
+    hold_at_least: Option<Duration>,
+}
+
+/// What [`Lock::release`] found on each node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseReport {
+    /// Per node, in configuration order: `Granted` = our keys deleted there; `Refused` = our
+    /// token was not there (expired or taken over); `Failed` = error or timeout (the keys expire
+    /// with their TTL); `Pending` = not answered when the outcome was known (finished in the
+    /// background).
+    pub votes: Votes,
+    /// Time the release round took.
+    pub elapsed: Duration,
+}
+
+impl Lock {
+    /// The lock a grant of the rounds layer stands for.
+    pub(crate) fn from_grant(redlock: Redlock, grant: Grant, ttl: Duration) -> Lock {
+        Lock {
+            redlock,
+            held: grant.held,
+            ttl,
+            acquired_at: grant.t0,
+            deadline: grant.deadline,
+            released: false,
+            fencing: grant.fencing,
+            hold_at_least: None,
+        }
+    }
+
+    /// The minimum hold of [`AcquireOptions::hold_at_least`], if any.
+    pub fn hold_at_least(&self) -> Option<Duration> {
+        self.hold_at_least
+    }
+
+    pub(crate) fn set_hold_at_least(&mut self, at_least: Option<Duration>) {
+        self.hold_at_least = at_least.filter(|d| !d.is_zero());
+    }
+
+    /// Milliseconds of the minimum hold left (at least 1), or `None` when it is over or unset.
+    fn hold_left_ms(&self) -> Option<u64> {
+        let left = self
+            .hold_at_least?
+            .checked_sub(self.acquired_at.elapsed())?;
+        if left.is_zero() {
+            return None;
+        }
+        // Rounded up: the keys must not expire before the minimum. Never more than the TTL (the
+        // script would leave such keys alone anyway, and a huge value is no valid PEXPIRE).
+        let ms = left.min(self.ttl).as_nanos().div_ceil(1_000_000);
+        Some(u64::try_from(ms).unwrap_or(u64::MAX).max(1))
+    }
+
+    /// Marks the lock as no longer this handle's to release (a lease took it over).
+    pub(crate) fn disarm(mut self) -> (Arc<Held>, Option<Vec<u64>>) {
+        self.released = true;
+        (self.held.clone(), self.fencing.take())
+    }
+
+    /// The fencing token of this lock (of its first resource, for a multi-resource lock), when
+    /// the `Redlock` hands them out ([`fencing_tokens`](crate::Builder::fencing_tokens)).
+    /// Strictly larger than the token of every earlier holder of the resource, as long as a
+    /// majority of nodes keeps its data. Give it to the protected resource with every write; the
+    /// resource rejects a write whose token is lower than the highest it has seen, which stops
+    /// a holder that paused past its deadline.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing.as_ref().and_then(|t| t.first().copied())
+    }
+
+    /// Every resource's fencing token, in [`resources`](Self::resources) order.
+    pub fn fencing_tokens(&self) -> Option<&[u64]> {
+        self.fencing.as_deref()
+    }
+
+    /// The resources held (sorted, without duplicates), without the key prefix.
+    pub fn resources(&self) -> &[String] {
+        &self.held.resources
+    }
+
+    /// The secret owner token: 128 random bits as 32 hex digits, fresh for each acquisition
+    /// (or the caller's, given with [`AcquireOptions::token`]). Whoever knows it can release or
+    /// extend the lock: keep it out of logs (show [`fingerprint`](Self::fingerprint) instead).
+    pub fn token(&self) -> &str {
+        self.held.token()
+    }
+
+    /// The owner label stored with the lock (public: [`Redlock::inspect`] shows it); `None`
+    /// when it was stored without one.
+    pub fn label(&self) -> Option<&str> {
+        self.held.label()
+    }
+
+    /// A short public fingerprint of the token (12 hex digits of its SHA-1): what
+    /// [`Redlock::inspect`] shows as [`Holder::fingerprint`](crate::Holder::fingerprint), so a
+    /// holder can recognise itself there without the token ever being shown.
+    pub fn fingerprint(&self) -> String {
+        crate::base::owner::fingerprint(self.held.token())
+    }
+
+    /// What every node stores at the lock's keys, and what every release, extend and keep-alive
+    /// compares: the token, then the separator [`SEPARATOR`](crate::SEPARATOR) (0x1f) and the
+    /// label when there is one. Scripts of your own that check the lock compare this value.
+    pub fn value(&self) -> &str {
+        &self.held.value
+    }
+
+    /// The TTL of the last acquire or extend.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// When the attempt that acquired the lock started (its validity counts from here).
+    pub fn acquired_at(&self) -> Instant {
+        self.acquired_at
+    }
+
+    /// The instant (monotonic clock) after which the lock must be considered lost:
+    /// `start + ttl - (ttl * drift_factor + 2 ms)`, where `start` is when the acquire or the last
+    /// successful extend began.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Validity left before [`deadline`](Self::deadline); zero once it has passed.
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the deadline is still ahead.
+    pub fn is_valid(&self) -> bool {
+        Instant::now() < self.deadline
+    }
+
+    /// The [`Redlock`] this lock came from.
+    pub fn redlock(&self) -> &Redlock {
+        &self.redlock
+    }
+
+    /// Extends the lock to `ttl` from now: every node resets its keys' TTL if our token is still
+    /// there (an expired key is never re-created). Succeeds with a quorum within the current
+    /// validity; the new deadline counts from the start of this call.
+    ///
+    /// Errors: [`Error::NotHeld`](crate::Error::NotHeld) when the deadline passed or a quorum no longer holds our token
+    /// (the lock is lost for good); [`Error::Unavailable`](crate::Error::Unavailable) when too few nodes answered but the lock
+    /// is still valid until its old deadline (you may retry); [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad
+    /// TTL. On an error the deadline is unchanged, except that a `ttl` ending before the current
+    /// deadline lowers it first (see below).
+    ///
+    /// A shorter `ttl` than the validity left shortens the lock: an extension whose outcome is
+    /// unknown (an error, a timeout, a dropped future) may have shortened the keys on some nodes,
+    /// so the deadline drops to `now + ttl - drift` before anything is sent, whatever happens next.
+    ///
+    /// Cancellation: dropping the future leaves the deadline as described above; extensions
+    /// already sent may still land on some nodes.
+    pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
+        self.extend_inner(ttl, false).await
+    }
+
+    /// `patient`: per-node timeout up to half the validity left (keep-alive), instead of the
+    /// configured node timeout.
+    pub(crate) async fn extend_inner(&mut self, ttl: Duration, patient: bool) -> Result<()> {
+        let span = tracing::debug_span!("fredlock.extend", resources = ?self.held.resources, ttl_ms = ttl.as_millis() as u64);
+        // The extension may land on some nodes whatever becomes of this call (an error, a
+        // timeout, a dropped future). If `ttl` ends before the current deadline it may SHORTEN
+        // the keys there, so the deadline drops to what the extension would set, before anything
+        // is sent: never later than what the nodes may hold.
+        self.before_extend(ttl, Instant::now());
+        let deadline = tracing::Instrument::instrument(
+            self.redlock
+                .inner
+                .extend(&self.held, ttl, self.deadline, patient),
+            span.clone(),
+        )
+        .await?;
+        self.extended(deadline, ttl);
+        span.in_scope(|| {
+            tracing::debug!(
+                remaining_ms = self.remaining().as_millis() as u64,
+                "extended"
+            )
+        });
+        Ok(())
+    }
+
+    /// Releases the lock on every node (only keys that still hold our token are deleted) and
+    /// reports per node. Returns once the outcome is known; nodes still busy finish in the
+    /// background, a node whose release failed is retried in the background (10 ms, doubling
+    /// to 250 ms) until the keys would have expired anyway or the `Redlock` is closed, and a
+    /// node that stays down keeps its key until the TTL expires.
+    ///
+    /// `Ok` means a quorum still held our token when it was deleted, so no one else can have held
+    /// the lock in the meantime (under Redlock's assumptions), even if the deadline had passed.
+    /// Errors: [`Error::NotHeld`](crate::Error::NotHeld) (reason `TokenGone`) when a quorum no longer held our token:
+    /// it expired or was taken over, and the work done under it may not have been exclusive.
+    /// [`Error::Unavailable`](crate::Error::Unavailable) when too few nodes answered to know.
+    ///
+    /// With [`AcquireOptions::hold_at_least`], a release before `acquired_at + at_least` deletes
+    /// nothing: every node lowers the keys' TTL so that they expire at that time (a key whose TTL
+    /// ends sooner keeps it; nothing is ever lengthened), and the votes say where our token was
+    /// still present. The lock counts as released for this handle at once either way.
+    ///
+    /// Cancellation: dropping the future still releases (the release is finished in the
+    /// background, as when a `Lock` is dropped).
+    pub async fn release(mut self) -> Result<ReleaseReport> {
+        let span = tracing::debug_span!("fredlock.release", resources = ?self.held.resources);
+        let started = Instant::now();
+        let inner = self.redlock.inner.clone();
+        let held = self.held.clone();
+        // From here on, a drop of this future must still release: keep `self` armed until the
+        // round has been sent and answered.
+        let votes = match self.hold_left_ms() {
+            Some(ms) => {
+                tracing::Instrument::instrument(inner.shorten_all(&held, ms), span.clone()).await
+            }
+            None => {
+                tracing::Instrument::instrument(inner.release_all(&held, self.ttl), span.clone())
+                    .await
+            }
+        };
+        self.released = true;
+        crate::base::metrics::held(self.acquired_at.elapsed());
+        let elapsed = started.elapsed();
+        let report = ReleaseReport {
+            votes: votes.clone(),
+            elapsed,
+        };
+        span.in_scope(
+            || tracing::debug!(%votes, elapsed_us = elapsed.as_micros() as u64, "released"),
+        );
+        match quorum::outcome(&votes.0) {
+            Outcome::Reached => Ok(report),
+            _ => Err(inner.round_failure(&self.held, crate::base::error::Round::Release, votes)),
+        }
+    }
+}
+
+/// The steps of an extension, for the keep-alive's batched rounds as for [`Lock::extend`].
+impl Lock {
+    /// The keys and token (shared with every per-node command of this lock).
+    pub(crate) fn held(&self) -> &Arc<Held> {
+        &self.held
+    }
+
+    /// Before an extension of `ttl` is sent at `now`: it may land on some nodes whatever becomes
+    /// of it, and if it ends before the current deadline it may SHORTEN the keys there, so the
+    /// deadline drops to what it would set (`now + ttl - drift`), never later than what the
+    /// nodes may hold. Returns the deadline the extension must be decided before.
+    pub(crate) fn before_extend(&mut self, ttl: Duration, now: Instant) -> Instant {
+        if let Ok(v) = quorum::validity(ttl, self.redlock.inner.drift_factor) {
+            if let Some(end) = now.checked_add(v) {
+                self.deadline = self.deadline.min(end);
+            }
+        }
+        self.deadline
+    }
+
+    /// After an extension of `ttl` succeeded with `deadline`.
+    pub(crate) fn extended(&mut self, deadline: Instant, ttl: Duration) {
+        self.deadline = deadline;
+        self.ttl = ttl;
+    }
+}
+
+/// Per-call options of [`Redlock::acquire_using`]. Every option is optional; `new()` changes
+/// nothing from [`Redlock::acquire`].
+#[derive(Clone, Default)]
+pub struct AcquireOptions {
+    label: Option<String>,
+    token: Option<String>,
+    wait: Option<Duration>,
+    /// Hand out a fencing token with this lock even when the Redlock does not (elections).
+    pub(crate) fenced: bool,
+    hold_at_least: Option<Duration>,
+}
+
+impl std::fmt::Debug for AcquireOptions {
+    // The token is a secret: never shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcquireOptions")
+            .field("label", &self.label)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("wait", &self.wait)
+            .field("hold_at_least", &self.hold_at_least)
+            .finish()
+    }
+}
+
+impl AcquireOptions {
+    /// No option set: the `Redlock`'s label, a fresh token per attempt, its retry policy.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The owner label stored with this lock, instead of the `Redlock`'s
+    /// ([`Builder::owner_label`](crate::Builder::owner_label)): public text that
+    /// [`Redlock::inspect`] shows, at most [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes without
+    /// control characters (checked at acquire: [`InvalidInput::InvalidLabel`](crate::InvalidInput::InvalidLabel)).
+    /// An empty label stores none.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// Your own lock token instead of 128 fresh random bits: 1 to
+    /// [`MAX_TOKEN_LEN`](crate::MAX_TOKEN_LEN) bytes without the separator 0x1f (checked at
+    /// acquire: [`InvalidInput::InvalidToken`](crate::InvalidInput::InvalidToken)).
+    ///
+    /// **Safety rests on it**: whoever knows the token can release and extend the lock, and two
+    /// acquisitions with the same token (and label) are the same holder to every node. It must
+    /// be unguessable (at least 128 random bits) and NEW for every acquisition; a token that
+    /// repeats, or can be guessed, lets another process delete or keep your lock, and mutual
+    /// exclusion is lost. Use it to carry an identifier you already generate that way (a job's
+    /// random id), not a name. Every attempt of one acquire uses it; a failed attempt's
+    /// clean-up is then never resent late (it could delete the next attempt's key), so a node
+    /// that missed it keeps our own value until its TTL. (Waiters of the same `Redlock` may then
+    /// notice this lock's release by their fallback timer rather than at once: a failed
+    /// attempt's value is kept quiet for them for 10 s.)
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Retry until `wait` has passed instead of for the policy's number of attempts, exactly as
+    /// [`Redlock::acquire_with`]: `Duration::ZERO` makes one attempt (then
+    /// [`Error::Contended`] when the lock is held), `Duration::MAX` waits without a limit.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Hold the lock for at least `at_least` from [`Lock::acquired_at`], however early it is
+    /// released: for jobs that every replica fires at the same time (cron de-duplication), where
+    /// a job that finishes in 50 ms and releases would let a replica whose clock is late run it
+    /// again. A [`release`](Lock::release) (or drop) before `acquired_at + at_least` deletes
+    /// nothing: the keys are left to expire at that time, their TTL shortened to it (never
+    /// lengthened: with `at_least` longer than the TTL they expire with the TTL). A release after
+    /// it deletes the keys as usual. The handle reports the lock released at once either way,
+    /// and other acquires are refused until the keys expire. `Duration::ZERO`: no minimum.
+    pub fn hold_at_least(mut self, at_least: Duration) -> Self {
+        self.hold_at_least = Some(at_least);
+        self
+    }
+
+    /// Checks the options and puts them into `req`.
+    pub(crate) fn apply(&self, req: &mut crate::rounds::redlock::Request) -> Result<()> {
+        if let Some(label) = &self.label {
+            crate::base::owner::check_label(label)?;
+            req.label = label.clone();
+        }
+        if let Some(token) = &self.token {
+            crate::base::owner::check_token(token)?;
+            req.token = Some(token.clone());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if let (false, Some(ms)) = (self.released, self.hold_left_ms()) {
+            // Held for a minimum that is not over: the keys are shortened, not deleted (without
+            // a runtime they keep their TTL, which only holds the lock longer).
+            crate::base::metrics::held(self.acquired_at.elapsed());
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let (inner, held) = (self.redlock.inner.clone(), self.held.clone());
+                rt.spawn(async move { inner.shorten_all(&held, ms).await });
+            }
+            return;
+        }
+        if !self.released {
+            crate::base::metrics::held(self.acquired_at.elapsed());
+            tracing::debug!(resources = ?self.held.resources, "fredlock: Lock dropped without release(); releasing in the background");
+            spawn_release(
+                self.redlock.inner.clone(),
+                self.held.clone(),
+                self.ttl,
+                "lock dropped",
+            );
+        }
+    }
+}
+
+impl Redlock {
+    /// Acquires `resources` (one name, or several all-or-nothing) for `ttl`, retrying per the
+    /// configured [`Retry`] while it is held elsewhere or nodes fail.
+    ///
+    /// Each attempt sends one command per node at once and decides as soon as a quorum granted
+    /// or can no longer grant; the lock's validity is counted from before the first command.
+    /// A failed attempt releases on every node that granted or did not answer.
+    ///
+    /// Errors: [`Error::Contended`], [`Error::Unavailable`], [`Error::ValidityExpired`] after
+    /// the last attempt; [`Error::InvalidInput`] at once.
+    ///
+    /// Cancellation: dropping the future at any point releases in the background whatever the
+    /// current attempt may have set, on every node (the release is queued behind that node's
+    /// `SET` on the same connection, so it lands after it). Nothing stays locked for a TTL.
+    pub async fn acquire(&self, resources: impl Resources, ttl: Duration) -> Result<Lock> {
+        self.acquire_inner(
+            resources.into_names(),
+            ttl,
+            self.inner.retry,
+            &AcquireOptions::new(),
+        )
+        .await
+    }
+
+    /// Like [`acquire`](Self::acquire), with per-call [`AcquireOptions`]: an owner label of its
+    /// own, a custom token, a time bound on waiting instead of the retry count.
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: fredlock::Redlock) -> Result<(), fredlock::Error> {
+    /// use std::time::Duration;
+    /// use fredlock::AcquireOptions;
+    ///
+    /// let options = AcquireOptions::new()
+    ///     .label("nightly backup, run 1842")
+    ///     .wait(Duration::from_secs(10));
+    /// let lock = redlock.acquire_using("backup", Duration::from_secs(60), &options).await?;
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Errors: those of [`acquire`](Self::acquire) (of [`acquire_with`](Self::acquire_with)
+    /// with a `wait`); [`InvalidInput::InvalidLabel`](crate::InvalidInput::InvalidLabel) and
+    /// [`InvalidInput::InvalidToken`](crate::InvalidInput::InvalidToken) at once, before anything
+    /// is sent.
+    ///
+    /// Cancellation: as for [`acquire`](Self::acquire).
+    pub async fn acquire_using(
+        &self,
+        resources: impl Resources,
+        ttl: Duration,
+        options: &AcquireOptions,
+    ) -> Result<Lock> {
+        self.acquire_inner(resources.into_names(), ttl, self.inner.retry, options)
+            .await
+    }
+
+    /// Like [`acquire`](Self::acquire), but retries until `wait` has passed instead of for a
+    /// number of attempts: the policy's pauses (`delay` + `jitter`) apply, its `attempts` does
+    /// not. No attempt starts after `wait`, and an attempt lasts at most one per-node timeout (a
+    /// failed attempt's clean-up release is sent, not awaited), so the call returns within `wait`
+    /// plus one per-node timeout. `Duration::ZERO` makes exactly one attempt; `Duration::MAX`
+    /// waits without a limit (until granted, or until the future is dropped).
+    ///
+    /// Cancellation: as for [`acquire`](Self::acquire).
+    pub async fn acquire_with(
+        &self,
+        resources: impl Resources,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Lock> {
+        let options = AcquireOptions::new().wait(wait);
+        self.acquire_inner(resources.into_names(), ttl, self.inner.retry, &options)
+            .await
+    }
+
+    /// One attempt, no retry. `Ok(None)` when the lock is held by someone else (contention is not
+    /// an error here); errors when nodes are unreachable or the validity ran out.
+    ///
+    /// Cancellation: as for [`acquire`](Self::acquire).
+    pub async fn try_acquire(
+        &self,
+        resources: impl Resources,
+        ttl: Duration,
+    ) -> Result<Option<Lock>> {
+        match self
+            .acquire_inner(
+                resources.into_names(),
+                ttl,
+                Retry::once(),
+                &AcquireOptions::new(),
+            )
+            .await
+        {
+            Ok(lock) => Ok(Some(lock)),
+            Err(Error::Contended { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn acquire_inner(
+        &self,
+        names: Vec<String>,
+        ttl: Duration,
+        retry: Retry,
+        options: &AcquireOptions,
+    ) -> Result<Lock> {
+        let mut req = self.request(names, ttl).inspect_err(|_| {
+            crate::base::metrics::acquired("invalid", Duration::ZERO);
+        })?;
+        options.apply(&mut req).inspect_err(|_| {
+            crate::base::metrics::acquired("invalid", Duration::ZERO);
+        })?;
+        if options.fenced {
+            self.fence_request(&mut req)?;
+        }
+        let wait = options.wait;
+        let span = tracing::debug_span!(
+            "fredlock.acquire",
+            resources = ?req.resources,
+            ttl_ms = req.ttl.as_millis() as u64,
+            attempt = tracing::field::Empty,
+            granted = tracing::field::Empty,
+            failed = tracing::field::Empty,
+            elapsed_us = tracing::field::Empty,
+            remaining_ms = tracing::field::Empty,
+        );
+        let line = req.line.as_ref().map(|(gate, line_key)| WaitLine {
+            gate: *gate,
+            line_key: line_key.clone(),
+            keys: req.keys.clone(),
+            hot: req.keys[0].clone(),
+        });
+        let req = &req;
+        let hold_at_least = options.hold_at_least;
+        let attempt = |turn: Turn| async move {
+            let grant = self.attempt(req, &turn).await?;
+            let mut lock = Lock::from_grant(self.clone(), grant, req.ttl);
+            lock.set_hold_at_least(hold_at_least);
+            Ok(lock)
+        };
+        let lock = self
+            .with_retries(retry, wait, &req.resources, line, ttl, attempt)
+            .instrument(span.clone())
+            .await?;
+        span.record("remaining_ms", lock.remaining().as_millis() as u64);
+        Ok(lock)
+    }
+}
