@@ -304,8 +304,19 @@ async fn a_failed_shortening_extend_lowers_the_deadline() {
         .acquire(r.as_str(), Duration::from_secs(5))
         .await
         .expect("acquire");
-    // Load the extend script everywhere first (the first EVALSHA meets NOSCRIPT).
-    lock.extend(Duration::from_secs(5)).await.expect("extend");
+    // Load the extend script everywhere first (the first EVALSHA meets NOSCRIPT), and wait
+    // until it ran on every node: the extend returns at a quorum, and a late node's resend
+    // after NOSCRIPT would otherwise still be pending when its replies are held below.
+    lock.extend(Duration::from_secs(8)).await.expect("extend");
+    let key = a.key(&r);
+    for i in 0..3 {
+        let (nodes, key) = (&nodes, &key);
+        let extended = common::eventually(Duration::from_secs(5), || async move {
+            nodes.pttl(i, key).await.map_or(false, |ms| ms > 5_500)
+        })
+        .await;
+        assert!(extended, "node {i}: the 8 s extension never landed");
+    }
     // Nodes 1 and 2 get the extension but their answers are held: the extend fails.
     proxies[1].set(fredlock_testkit::Fault::HoldReplies);
     proxies[2].set(fredlock_testkit::Fault::HoldReplies);
