@@ -312,7 +312,7 @@ async fn a_failed_shortening_extend_lowers_the_deadline() {
     for i in 0..3 {
         let (nodes, key) = (&nodes, &key);
         let extended = common::eventually(Duration::from_secs(5), || async move {
-            nodes.pttl(i, key).await.map_or(false, |ms| ms > 5_500)
+            nodes.pttl(i, key).await.is_ok_and(|ms| ms > 5_500)
         })
         .await;
         assert!(extended, "node {i}: the 8 s extension never landed");
