@@ -31,7 +31,15 @@ const FOLDERS: &[(&str, &[&str])] = &[
     ),
     (
         "rounds",
-        &["quorum", "redlock", "background", "acquire_loop", "lock"],
+        &[
+            "quorum",
+            "redlock",
+            "held_rounds",
+            "attempt",
+            "background",
+            "acquire_loop",
+            "lock",
+        ],
     ),
     ("ops", &["inspect", "force"]),
     (
@@ -75,6 +83,8 @@ const LAYERS: &[&[&str]] = &[
     &["node", "quorum"],
     &["background", "pacing", "subscriber"],
     &["redlock"],
+    &["held_rounds"],
+    &["attempt"],
     &["acquire_loop"],
     &["lock", "inspect", "leader"],
     &["status"],

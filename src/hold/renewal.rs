@@ -44,8 +44,9 @@ use tokio::time::Instant;
 use crate::base::error::{Error, LostReason, NotHeldReason, Result};
 use crate::hold::pacing::{self, fire_at, KeepAliveOptions, Pacing};
 use crate::hold::status::{expire, mark_lost, Shared, Status};
+use crate::rounds::held_rounds::ExtendRequest;
 use crate::rounds::lock::Lock;
-use crate::rounds::redlock::{ExtendRequest, Redlock};
+use crate::rounds::redlock::Redlock;
 
 /// The most keys one batched extend script carries (a lock with more keys is sent alone).
 ///

@@ -19,9 +19,10 @@ use crate::base::error::{Error, InvalidInput, Names, NotHeldReason, Result, Vote
 use crate::base::reply::Checked;
 use crate::hold::keepalive::KeepAlive;
 use crate::nodes::node::Held;
+use crate::rounds::attempt::Grant;
 use crate::rounds::lock::{Lock, ReleaseReport};
 use crate::rounds::quorum::{self, fan_out, quorum_known, AsVote, Late, Outcome};
-use crate::rounds::redlock::{Grant, Redlock};
+use crate::rounds::redlock::Redlock;
 
 /// What a lease's text starts with, then its format version.
 const MAGIC: &str = "fredlock-lease";

@@ -32,9 +32,10 @@ use crate::base::error::{Error, InvalidInput, NodeError, NodeErrorKind, Result};
 use crate::hold::keepalive::{KeepAlive, KeepAliveOptions, Rejected};
 use crate::ops::inspect::{node_state, RwInspection, RwNodeView};
 use crate::primitives::rwlock_round::{Mark, RwRounds, Side};
+use crate::rounds::attempt::Failure;
 use crate::rounds::lock::{Lock, ReleaseReport};
 use crate::rounds::quorum::{fan_out, Late};
-use crate::rounds::redlock::{random_up_to, Failure, Redlock, Retry, RESERVED};
+use crate::rounds::redlock::{random_up_to, Redlock, Retry, RESERVED};
 
 /// A read-write lock named `name` over a [`Redlock`]'s nodes: many readers or one writer.
 /// Cheap to clone. See [`Redlock::rwlock`].

@@ -15,11 +15,10 @@ use tokio::time::Instant;
 use crate::base::error::{Error, Names, Result, Vote, Votes};
 use crate::base::reply::Acquired;
 use crate::nodes::node::Held;
+use crate::rounds::attempt::{fencing_tokens, Failure, Grant};
 use crate::rounds::lock::Lock;
 use crate::rounds::quorum::{self, fan_out, quorum_known, Late, Outcome};
-use crate::rounds::redlock::{
-    fencing_tokens, new_token, spawn_release, Failure, Grant, Redlock, RESERVED,
-};
+use crate::rounds::redlock::{new_token, spawn_release, Redlock, RESERVED};
 
 /// Which side an attempt takes.
 #[derive(Clone, Copy, PartialEq, Eq)]

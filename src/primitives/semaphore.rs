@@ -31,9 +31,10 @@ use crate::hold::keepalive::{KeepAlive, KeepAliveOptions, Rejected};
 use crate::ops::inspect::{Holder, Inspection, NodeView};
 use crate::primitives::semaphore_round::{Attempt, Slots};
 use crate::rounds::acquire_loop::WaitLine;
+use crate::rounds::attempt::Turn;
 use crate::rounds::lock::{Lock, ReleaseReport};
 use crate::rounds::quorum::{fan_out, Late};
-use crate::rounds::redlock::{Redlock, Turn, RESERVED};
+use crate::rounds::redlock::{Redlock, RESERVED};
 
 /// The most permits one semaphore may have (each acquire script walks the slots).
 pub const MAX_PERMITS: usize = 1024;

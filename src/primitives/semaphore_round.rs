@@ -14,11 +14,10 @@ use tokio::time::Instant;
 
 use crate::base::error::{InvalidInput, Vote, Votes};
 use crate::nodes::node::{Held, LineRef, Queue, Slot, SlotRequest};
+use crate::rounds::attempt::{fencing_tokens, Failure, Grant, Turn};
 use crate::rounds::lock::Lock;
 use crate::rounds::quorum::{self, fan_out, Late, Outcome};
-use crate::rounds::redlock::{
-    fencing_tokens, new_token, spawn_release, Failure, Grant, Redlock, Turn, RESERVED,
-};
+use crate::rounds::redlock::{new_token, spawn_release, Redlock, RESERVED};
 
 /// One semaphore's slots, as an attempt sees them.
 #[derive(Clone, Copy)]

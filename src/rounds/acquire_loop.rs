@@ -19,7 +19,8 @@ use tokio::time::Instant;
 use crate::base::error::{Error, Names, Result};
 use crate::base::line::{Member, RENEW};
 use crate::nodes::node::Queue;
-use crate::rounds::redlock::{random_up_to, Failure, Inner, Redlock, Retry, Turn};
+use crate::rounds::attempt::{Failure, Turn};
+use crate::rounds::redlock::{random_up_to, Inner, Redlock, Retry};
 
 impl Redlock {
     /// The retry loop of every acquire: runs `attempt` until it succeeds, or it has waited

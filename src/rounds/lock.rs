@@ -15,8 +15,9 @@ use tracing::Instrument;
 use crate::base::error::{Error, Result, Votes};
 use crate::nodes::node::Held;
 use crate::rounds::acquire_loop::WaitLine;
+use crate::rounds::attempt::{Grant, Turn};
 use crate::rounds::quorum::{self, Outcome};
-use crate::rounds::redlock::{spawn_release, Grant, Redlock, Resources, Retry, Turn};
+use crate::rounds::redlock::{spawn_release, Redlock, Resources, Retry};
 
 /// A lock held on a quorum of nodes until [`deadline`](Lock::deadline).
 ///

@@ -1,15 +1,18 @@
 //! The quorum rounds and the acquire loop.
 //!
-//! The fan-out and the tally (`quorum`), one attempt, extend and release over every node
-//! (`redlock`), work that outlives its call (`background`: drop-path releases, retries), the acquire
-//! retry loop as a state machine (`acquire_loop`) and the [`Lock`](crate::Lock) it hands out
-//! (`lock`).
+//! The fan-out and the tally (`quorum`), the Redlock's shared state and requests (`redlock`),
+//! extend and release over every node (`held_rounds`), one acquire attempt and its turn in line
+//! (`attempt`), work that outlives its call (`background`: drop-path releases, retries), the
+//! acquire retry loop as a state machine (`acquire_loop`) and the [`Lock`](crate::Lock) it hands
+//! out (`lock`).
 //!
 //! Must not: keep a lock alive (that is `hold`), or hand out a semaphore's, an election's or a
 //! read-write lock's handles (that is `primitives`).
 
 pub(crate) mod acquire_loop;
+pub(crate) mod attempt;
 pub(crate) mod background;
+pub(crate) mod held_rounds;
 pub(crate) mod lock;
 pub(crate) mod quorum;
 pub(crate) mod redlock;

@@ -1,0 +1,451 @@
+//! One acquire attempt and its turn in the wait line: the attempt's round (every node at once,
+//! or the gate alone first when probing), its tally and decision, the fencing write-back of a
+//! grant, the clean-up of an attempt that failed, and a waiter's place in its resource's line
+//! (joining through the attempt, leaving in the background).
+//!
+//! Owns: [`Turn`], [`Failure`], [`Grant`], `Redlock::attempt` and the `Inner` rounds it runs.
+//! Must not: retry (that is `acquire_loop`), extend or release a held lock (that is
+//! `held_rounds`), parse replies (node), count votes by hand (quorum), or build a `Lock`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::base::error::{InvalidInput, Vote, Votes};
+use crate::base::line::LEASE;
+use crate::nodes::node::{Acquired, Held, LineRef, Queue};
+use crate::rounds::background::{self, CleanupGuard};
+use crate::rounds::quorum::{
+    self, fan_out, fan_out_handed, quorum_known, votes, AsVote, Late, Outcome,
+};
+use crate::rounds::redlock::{Inner, Redlock, Request};
+
+/// What one attempt of a waiting acquire is (see `lock`'s retry loop).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Turn {
+    /// The waiter's member in the wait line (`None`: the acquire does not wait).
+    pub(crate) member: Option<Arc<str>>,
+    /// Ask the gate alone first, and the other nodes only once it granted: a waiter that is
+    /// not known to be the line's head must not set keys elsewhere (it would split the votes
+    /// of the head the gate is handing the lock to).
+    pub(crate) probe: bool,
+    /// Set by the attempt: the gate granted (and so took the member out of its line).
+    pub(crate) gated: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Why one attempt did not produce a lock.
+pub(crate) enum Failure {
+    Contended(Votes),
+    /// Contended, and the gate put the waiter in the key's wait line (or told its place).
+    Queued(Votes, Queue),
+    Unavailable(Votes),
+    Expired(Duration),
+    /// Not worth retrying (for example a semaphore used with another number of permits).
+    Rejected(InvalidInput),
+}
+
+/// One attempt's grant: the keys and token, and the validity window `[t0, deadline]`.
+pub(crate) struct Grant {
+    pub(crate) held: Arc<Held>,
+    pub(crate) t0: Instant,
+    pub(crate) deadline: Instant,
+    /// With fencing: each key's token, written back to a quorum.
+    pub(crate) fencing: Option<Vec<u64>>,
+}
+
+/// Per key: one more than the largest counter among the nodes that granted.
+pub(crate) fn fencing_tokens(
+    votes: &Votes,
+    counters: &[Option<Vec<u64>>],
+    keys: usize,
+) -> Vec<u64> {
+    (0..keys)
+        .map(|k| {
+            let max = votes
+                .0
+                .iter()
+                .zip(counters)
+                .filter(|(v, _)| **v == Vote::Granted)
+                .filter_map(|(_, c)| c.as_ref()?.get(k).copied())
+                .max()
+                .unwrap_or(0);
+            max.saturating_add(1)
+        })
+        .collect()
+}
+
+impl AsVote for Acquired {
+    fn as_vote(&self) -> &Vote {
+        &self.vote
+    }
+}
+
+/// The votes of one attempt's round, with the fencing counters the granting nodes returned and
+/// what the gate said about its line.
+struct Tally {
+    votes: Votes,
+    counters: Vec<Option<Vec<u64>>>,
+    queue: Option<Queue>,
+}
+
+impl Redlock {
+    /// One Redlock attempt with a fresh token (or the caller's).
+    pub(crate) async fn attempt(
+        &self,
+        req: &Request,
+        turn: &Turn,
+    ) -> std::result::Result<Grant, Failure> {
+        let held = self.inner.held_for(req, turn);
+        // Armed until the outcome is settled: if this future is dropped, release everywhere.
+        let mut guard = CleanupGuard {
+            inner: Some(self.inner.clone()),
+            held: held.clone(),
+            ttl: req.ttl,
+        };
+        let t0 = Instant::now();
+        let Some(deadline) = t0.checked_add(req.validity) else {
+            guard.inner = None;
+            return Err(Failure::Expired(Duration::ZERO));
+        };
+        let (answers, sent) = match (&req.line, turn.probe) {
+            (Some((gate, _)), true) => self.inner.probe_round(&held, req, *gate, deadline).await,
+            _ => (self.inner.acquire_round(&held, req, deadline).await, None),
+        };
+        let tally = self.inner.tally(req, answers, t0);
+        let granted = self.inner.decide(req, turn, &tally);
+        let mut now = Instant::now();
+        let mut failure = None;
+        if granted && now < deadline {
+            match self.inner.grant(&held, &tally, req, t0, deadline).await {
+                Ok(grant) => {
+                    guard.inner = None;
+                    granted_line(&held);
+                    return Ok(grant);
+                }
+                Err(refused) => failure = refused,
+            }
+            now = Instant::now();
+        }
+        // Release wherever our token may be: nodes that granted, failed or did not answer. The
+        // release is handed to each node's connection (queued behind that node's SET, so it
+        // lands after it) but not awaited: the call's time bound must not include it, and a
+        // next attempt's SET is queued behind it in turn.
+        let votes = &tally.votes.0;
+        let targets = (0..votes.len())
+            .filter(|&i| votes[i] != Vote::Refused)
+            .filter(|&i| sent.as_ref().is_none_or(|s| s[i]));
+        self.inner.release_unawaited(&held, targets, req.ttl).await;
+        guard.inner = None;
+        Err(failure.unwrap_or_else(|| self.inner.failure(tally, granted, t0, now, deadline)))
+    }
+}
+
+impl Inner {
+    /// The keys and value one attempt of `req` sets (a fresh token unless the caller gave one),
+    /// with its part in the key's wait line.
+    fn held_for(self: &Arc<Self>, req: &Request, turn: &Turn) -> Arc<Held> {
+        let (value, custom) = req.value();
+        Arc::new(Held {
+            keys: req.keys.clone(),
+            value,
+            custom,
+            resources: req.resources.clone(),
+            fence_keys: req.fence_keys.clone(),
+            line: req
+                .line
+                .as_ref()
+                .map(|(gate, key)| self.line_ref(*gate, key, turn)),
+        })
+    }
+
+    /// Counts the round's answers (one not yet answered is `Pending`), notes a key granted
+    /// through its line as hot, and records the votes on the metrics and the current span.
+    fn tally(&self, req: &Request, answers: Vec<Option<Acquired>>, t0: Instant) -> Tally {
+        let at_gate = req
+            .line
+            .as_ref()
+            .and_then(|(gate, _)| answers[*gate].as_ref());
+        let queue = at_gate.and_then(|a| a.queue);
+        if at_gate.is_some_and(|a| a.lined) {
+            // Granted through a line: others are likely still waiting, so this process's next
+            // acquire of the key asks the gate first.
+            if let Some(key) = req.keys.first() {
+                self.line.mark_hot(key);
+            }
+        }
+        let mut counters = Vec::new();
+        let votes = Votes(
+            answers
+                .into_iter()
+                .map(|a| {
+                    let a = a.unwrap_or(Acquired::plain(Vote::Pending));
+                    counters.push(a.counters);
+                    a.vote
+                })
+                .collect(),
+        );
+        crate::base::metrics::failures(&votes.0);
+        let span = tracing::Span::current();
+        span.record("granted", votes.granted());
+        span.record("failed", votes.failed());
+        span.record("elapsed_us", t0.elapsed().as_micros() as u64);
+        Tally {
+            votes,
+            counters,
+            queue,
+        }
+    }
+
+    /// Whether the attempt may take its quorum; also tells `turn` whether the gate granted.
+    fn decide(&self, req: &Request, turn: &Turn, tally: &Tally) -> bool {
+        // A quorum without the gate while the gate keeps a line ahead of us is not taken (we
+        // are behind its head, or do not wait and the gate refused for the line alone): the
+        // head is being handed the lock. Giving up a grant is always safe. (The head itself
+        // takes a quorum without the gate, whose key someone else holds.)
+        let granted = quorum::outcome(&tally.votes.0) == Outcome::Reached
+            && !tally
+                .queue
+                .is_some_and(|q| q.rank > 0 || (q.rank < 0 && q.pttl == -2));
+        if let Some((gate, _)) = &req.line {
+            // Granted there: the gate took the member out of its line. Otherwise (not answered
+            // yet, or failed) a refusal there may still have put it in line: the retry loop
+            // then leaves the line after a grant.
+            turn.gated.store(
+                tally.votes.0.get(*gate) == Some(&Vote::Granted),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        granted
+    }
+
+    /// Turns a quorum reached in time into a grant; with fencing, only once its tokens are
+    /// written back to a quorum. `Err(Some(_))`: the write-back failed in time; `Err(None)`: it
+    /// ended past the deadline.
+    async fn grant(
+        &self,
+        held: &Arc<Held>,
+        tally: &Tally,
+        req: &Request,
+        t0: Instant,
+        deadline: Instant,
+    ) -> std::result::Result<Grant, Option<Failure>> {
+        if held.fence_keys.is_empty() {
+            return Ok(Grant {
+                held: held.clone(),
+                t0,
+                deadline,
+                fencing: None,
+            });
+        }
+        // Fencing: each token is one more than the largest counter the granting nodes
+        // returned, and is written back to a quorum (a max-register) before the lock is
+        // handed out, so that any later grant's quorum sees it and goes higher.
+        let tokens = fencing_tokens(&tally.votes, &tally.counters, held.keys.len());
+        let raised = self
+            .raise_fence(&held.fence_keys, &tokens, deadline, req.timeout)
+            .await;
+        let now = Instant::now();
+        if quorum::outcome(&raised.0) == Outcome::Reached && now < deadline {
+            return Ok(Grant {
+                held: held.clone(),
+                t0,
+                deadline,
+                fencing: Some(tokens),
+            });
+        }
+        Err((now < deadline).then_some(Failure::Unavailable(raised)))
+    }
+
+    /// Why an attempt that was not granted (or was, too late) failed.
+    fn failure(
+        &self,
+        tally: Tally,
+        granted: bool,
+        t0: Instant,
+        now: Instant,
+        deadline: Instant,
+    ) -> Failure {
+        let votes = tally.votes;
+        // Out of validity with answers still outstanding: the TTL is too short for the network,
+        // which is not the same as nodes being down.
+        let expired_waiting = now >= deadline && votes.0.contains(&Vote::Pending);
+        if granted || expired_waiting {
+            Failure::Expired(now.duration_since(t0))
+        } else if votes.failed() > self.nodes.len() - self.quorum || votes.refused() == 0 {
+            Failure::Unavailable(votes)
+        } else if let Some(queue) = tally.queue {
+            Failure::Queued(votes, queue)
+        } else {
+            Failure::Contended(votes)
+        }
+    }
+}
+
+/// A granted lock's releases wake its line's head (its attempt's clean-up would have put the
+/// waiter back in line instead).
+fn granted_line(held: &Held) {
+    if let Some(line) = &held.line {
+        line.wake.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl Inner {
+    /// Every node at once (one round trip), decided as soon as the quorum is known.
+    async fn acquire_round(
+        &self,
+        held: &Arc<Held>,
+        req: &Request,
+        deadline: Instant,
+    ) -> Vec<Option<Acquired>> {
+        let calls = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i, n.clone().acquire(held.clone(), req.ttl_ms, req.timeout)));
+        // A waiter that fails also waits for its gate's answer (its place in line), which a
+        // grant does not (a slow gate must not slow grants down).
+        let gate = held
+            .line
+            .as_ref()
+            .filter(|l| l.member.is_some())
+            .map(|l| l.gate);
+        let q = self.quorum;
+        // A late node's SET (or gate script) already taken by fred's router needs no task to
+        // finish it (see `fan_out_handed`): the serial path then spawns nothing, and the
+        // release that follows finds that node idle and is sent directly.
+        let handed = |i: usize| self.nodes.get(i).is_some_and(|n| n.handed_over());
+        fan_out_handed(
+            self.nodes.len(),
+            calls,
+            Some(deadline),
+            Late::Finish,
+            handed,
+            |a| {
+                let granted = a
+                    .iter()
+                    .flatten()
+                    .filter(|x| x.vote == Vote::Granted)
+                    .count();
+                quorum_known(a) && (granted >= q || gate.is_none_or(|g| a[g].is_some()))
+            },
+        )
+        .await
+    }
+
+    /// The gate alone first; the other nodes only when it granted (two round trips, the
+    /// validity counted from before the first). Also returns which nodes were sent anything
+    /// (the others need no clean-up).
+    async fn probe_round(
+        &self,
+        held: &Arc<Held>,
+        req: &Request,
+        gate: usize,
+        deadline: Instant,
+    ) -> (Vec<Option<Acquired>>, Option<Vec<bool>>) {
+        let n = self.nodes.len();
+        let call = self.nodes[gate]
+            .clone()
+            .acquire(held.clone(), req.ttl_ms, req.timeout);
+        let mut first = fan_out(n, [(gate, call)], Some(deadline), Late::Finish, |a| {
+            a[gate].is_some()
+        })
+        .await;
+        let at_gate = first[gate].take();
+        let mut sent = vec![false; n];
+        sent[gate] = true;
+        if at_gate.as_ref().is_none_or(|a| a.vote != Vote::Granted) {
+            first[gate] = at_gate;
+            return (first, Some(sent));
+        }
+        let q = self.quorum;
+        let calls = (0..n).filter(|&i| i != gate).map(|i| {
+            (
+                i,
+                self.nodes[i]
+                    .clone()
+                    .acquire(held.clone(), req.ttl_ms, req.timeout),
+            )
+        });
+        let mut answers = fan_out(n, calls, Some(deadline), Late::Finish, |a| {
+            let votes = a.iter().flatten().map(|x| &x.vote);
+            let granted = 1 + votes.clone().filter(|v| **v == Vote::Granted).count();
+            let lost = votes.filter(|v| **v != Vote::Granted).count();
+            granted >= q || lost > n - q
+        })
+        .await;
+        answers[gate] = at_gate;
+        (answers, None)
+    }
+
+    /// Raises the fencing counters `keys` to `tokens` on every node; returns once a quorum did
+    /// (or can no longer), or at `deadline`.
+    pub(crate) async fn raise_fence(
+        &self,
+        keys: &[String],
+        tokens: &[u64],
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Votes {
+        let fence = Arc::new((keys.to_vec(), tokens.to_vec()));
+        let calls = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i, n.clone().raise_fence(fence.clone(), timeout)));
+        // A late raise only raises a counter further: nothing to finish.
+        votes(
+            fan_out(
+                self.nodes.len(),
+                calls,
+                Some(deadline),
+                Late::Drop,
+                quorum_known,
+            )
+            .await,
+        )
+    }
+
+    /// This attempt's part in the line `key` on node `gate`.
+    pub(crate) fn line_ref(self: &Arc<Self>, gate: usize, key: &str, turn: &Turn) -> LineRef {
+        LineRef {
+            gate,
+            key: key.to_string(),
+            member: turn.member.clone(),
+            wake: std::sync::atomic::AtomicBool::new(false),
+            local: self.line.clone(),
+        }
+    }
+
+    /// Leaves line `line_key` on `gate` in the background (a waiter that gave up or was
+    /// cancelled), waking the next head when the leaver was the head and a key is free; with no
+    /// member, only that wake-up (a lock broken by force).
+    /// A leave that fails (the gate frozen, restarting, loading) is retried while the place
+    /// could still be there, see [`background::retry_leave`].
+    pub(crate) fn leave_line(
+        self: &Arc<Self>,
+        gate: usize,
+        keys: Vec<String>,
+        line_key: String,
+        member: String,
+    ) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let node = self.nodes[gate].clone();
+        let inner = self.clone();
+        let spec = Arc::new((line_key, member, self.line.prefix().to_string()));
+        let keys = Arc::new(keys);
+        let timeout = self.release_timeout();
+        // The place ends with its lease, renewed at the latest by the attempt that just ended.
+        let until = Instant::now()
+            .checked_add(LEASE)
+            .unwrap_or_else(Instant::now);
+        rt.spawn(async move {
+            let leave = || node.clone().leave_line(keys.clone(), spec.clone(), timeout);
+            if let Some(Some(woken)) = background::retry_leave(&*inner, until, leave).await {
+                inner.line.woke(&woken);
+            }
+        });
+    }
+}

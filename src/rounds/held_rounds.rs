@@ -1,0 +1,312 @@
+//! The rounds on a held lock: extend (one lock, or many in one batch), release (awaited, or
+//! handed to the nodes' connections unawaited) and shorten; and the release round that
+//! background retries run through [`Releaser`].
+//!
+//! Owns: [`ExtendRequest`] and those rounds. Must not: acquire (that is `attempt`), parse
+//! replies (node), count votes by hand (quorum), keep background work's books (background), or
+//! build a `Lock`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::base::error::{Error, InvalidInput, NotHeldReason, Result, Round, Vote, Votes};
+use crate::nodes::node::{Extension, Held};
+use crate::rounds::background::{self, Background, Releaser};
+use crate::rounds::quorum::{
+    self, each_known, fan_out, item_votes, quorum_known, votes, Late, Outcome,
+};
+use crate::rounds::redlock::Inner;
+
+/// One lock's request in a batched extend round ([`Inner::extend_many`]).
+pub(crate) struct ExtendRequest {
+    pub(crate) held: Arc<Held>,
+    pub(crate) ttl: Duration,
+    /// The lock's current deadline: the round must be decided before it.
+    pub(crate) deadline: Instant,
+}
+
+impl Inner {
+    /// Hands a release to `targets` without waiting for the answers (they land in each node's
+    /// order, after the commands queued before them). The answers are still read, in a task:
+    /// a node whose release fails (at once: fred fails new commands while reconnecting, yet
+    /// still writes what it had buffered; or later: a reset connection, a moved shard) is
+    /// retried in the background; see [`background::finish_release`].
+    pub(crate) async fn release_unawaited(
+        self: &Arc<Self>,
+        held: &Arc<Held>,
+        targets: impl Iterator<Item = usize>,
+        ttl: Duration,
+    ) {
+        let timeout = self.release_timeout();
+        let mut failed = Vec::new();
+        let mut late = Vec::new();
+        // Each release is polled once here, which hands it to its node's connection (a cluster
+        // node's, to a task of its own): the next attempt's commands queue behind it.
+        for i in targets {
+            let mut call = Box::pin(self.nodes[i].clone().release(held.clone(), timeout));
+            match futures::poll!(call.as_mut()) {
+                std::task::Poll::Ready(vote) if background::is_failed(&vote) => failed.push(i),
+                std::task::Poll::Ready(_) => {}
+                std::task::Poll::Pending => late.push((i, call)),
+            }
+        }
+        // A caller's token is the same in every attempt of one acquire: a clean-up resent late
+        // could delete what the NEXT attempt set. Not resent, the worst a failed clean-up leaves
+        // is a key holding our own value until its TTL, which later attempts are refused by
+        // (never granted by) and which this lock's extend and release treat as its own. (The
+        // releases already sent still run; only their answers go unread.)
+        if held.custom {
+            failed.clear();
+            late.clear();
+        }
+        background::finish_release(self, held, failed, late, ttl);
+    }
+
+    /// Releases on every node, deciding as soon as the outcome is known. (On a lock's gate the
+    /// release wakes the head of its wait line.) Nodes whose release failed are retried in the
+    /// background (see [`background::retry_release`]): a release can fail at once while a late
+    /// SET of the same lock still waits in fred's queue for that node.
+    pub(crate) async fn release_all(self: &Arc<Self>, held: &Arc<Held>, ttl: Duration) -> Votes {
+        let votes = self
+            .release_round(held, (0..self.nodes.len()).collect(), quorum_known)
+            .await;
+        background::retry_failed(self, held, &votes, ttl);
+        votes
+    }
+
+    /// The release of a lock held for at least a minimum, before that minimum: every node lowers
+    /// our keys' TTL to `ttl_ms` (never raising it) instead of deleting them, so they expire when
+    /// the minimum ends. Decided as soon as a quorum's answer is known; a node that missed it
+    /// keeps the keys until their TTL, which only holds the lock longer.
+    pub(crate) async fn shorten_all(&self, held: &Arc<Held>, ttl_ms: u64) -> Votes {
+        let timeout = self.release_timeout();
+        let calls = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i, n.clone().shorten(held.clone(), ttl_ms, timeout)));
+        let votes = votes(fan_out(self.nodes.len(), calls, None, Late::Drop, quorum_known).await);
+        crate::base::metrics::failures(&votes.0);
+        votes
+    }
+
+    /// One extend round: every node resets the TTL if our token is still there. Succeeds with a
+    /// quorum within the current validity; the new deadline counts from this round's start.
+    pub(crate) async fn extend(
+        &self,
+        held: &Arc<Held>,
+        ttl: Duration,
+        current_deadline: Instant,
+        patient: bool,
+    ) -> Result<Instant> {
+        let result = self
+            .extend_round(held, ttl, current_deadline, patient)
+            .await;
+        crate::base::metrics::extension(result.is_ok());
+        result
+    }
+
+    async fn extend_round(
+        &self,
+        held: &Arc<Held>,
+        ttl: Duration,
+        current_deadline: Instant,
+        patient: bool,
+    ) -> Result<Instant> {
+        let ttl_ms = quorum::ttl_millis(ttl)?;
+        let validity = quorum::validity(ttl, self.drift_factor)?;
+        let t0 = Instant::now();
+        if t0 >= current_deadline {
+            return Err(Error::NotHeld {
+                resources: held.names(),
+                reason: NotHeldReason::Expired,
+                votes: Votes::default(),
+            });
+        }
+        let Some(new_deadline) = t0.checked_add(validity) else {
+            return Err(InvalidInput::TtlTooLarge(ttl).into());
+        };
+        // A keep-alive extension only has to land before the deadline, so it may wait for half of
+        // the time left: under load, a longer wait beats a timeout and a retry.
+        let mut timeout = self.node_timeout(ttl);
+        if patient {
+            timeout = timeout.max(current_deadline.duration_since(t0) / 2);
+        }
+        let calls = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i, n.clone().extend(held.clone(), ttl_ms, timeout)));
+        let votes = votes(
+            // Finished, not dropped: a late extension still answered NOSCRIPT must be resent
+            // (else that node keeps the old TTL); landing late only keeps our own key longer.
+            fan_out(
+                self.nodes.len(),
+                calls,
+                Some(current_deadline),
+                Late::Finish,
+                quorum_known,
+            )
+            .await,
+        );
+        crate::base::metrics::failures(&votes.0);
+        let reached = quorum::outcome(&votes.0) == Outcome::Reached;
+        if reached && Instant::now() < current_deadline {
+            return Ok(new_deadline);
+        }
+        if Instant::now() >= current_deadline {
+            return Err(Error::NotHeld {
+                resources: held.names(),
+                reason: NotHeldReason::Expired,
+                votes,
+            });
+        }
+        Err(self.round_failure(held, Round::Extend, votes))
+    }
+
+    /// One batched extend round for many locks of this Redlock (the keep-alive's): ONE call per
+    /// node carries every lock (see [`Node::extend_many`](crate::nodes::node::Node::extend_many)),
+    /// and each lock is decided on its own, exactly as [`extend`](Self::extend) with `patient`
+    /// decides for one: it is extended only if a quorum of nodes extended IT, before its own
+    /// current deadline, and its new deadline counts from before the batch was sent
+    /// (`t0 + validity(its ttl)`). One result per request, in order, with the errors of `extend`.
+    /// A request whose deadline already passed, or whose TTL is invalid, is answered without
+    /// being sent.
+    ///
+    /// The per-node timeout is the most patient one that every lock of the batch allows (the
+    /// smallest of `max(node timeout, half its validity left)`); the round returns as soon as
+    /// every lock's outcome is known.
+    ///
+    /// Cancellation: dropping the future abandons the round; the calls already handed to fred
+    /// still run on their nodes and only extend keys that still hold their lock's token.
+    pub(crate) async fn extend_many(&self, reqs: &[ExtendRequest]) -> Vec<Result<Instant>> {
+        /// Each request: decided before sending, or sent as item `k` with its new deadline.
+        enum Plan {
+            Done(Error),
+            Sent(usize, Instant),
+        }
+        let t0 = Instant::now();
+        let mut batch = Vec::with_capacity(reqs.len());
+        let mut timeout: Option<Duration> = None;
+        let mut until = t0;
+        let plans: Vec<Plan> = reqs
+            .iter()
+            .map(|r| {
+                let checked = quorum::ttl_millis(r.ttl)
+                    .and_then(|ms| Ok((ms, quorum::validity(r.ttl, self.drift_factor)?)));
+                let (ttl_ms, validity) = match checked {
+                    Ok(v) => v,
+                    Err(e) => return Plan::Done(e.into()),
+                };
+                if t0 >= r.deadline {
+                    return Plan::Done(Error::NotHeld {
+                        resources: r.held.names(),
+                        reason: NotHeldReason::Expired,
+                        votes: Votes::default(),
+                    });
+                }
+                let Some(new_deadline) = t0.checked_add(validity) else {
+                    return Plan::Done(InvalidInput::TtlTooLarge(r.ttl).into());
+                };
+                let patience = self
+                    .node_timeout(r.ttl)
+                    .max(r.deadline.duration_since(t0) / 2);
+                timeout = Some(timeout.map_or(patience, |t| t.min(patience)));
+                until = until.max(r.deadline);
+                batch.push(Extension {
+                    held: r.held.clone(),
+                    ttl_ms,
+                });
+                Plan::Sent(batch.len() - 1, new_deadline)
+            })
+            .collect();
+        let answers = match timeout {
+            Some(timeout) => {
+                let items = batch.len();
+                let batch = Arc::new(batch);
+                let calls = self
+                    .nodes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| (i, n.clone().extend_many(batch.clone(), timeout)));
+                // Finished, not dropped: a late NOSCRIPT must still be resent.
+                fan_out(self.nodes.len(), calls, Some(until), Late::Finish, |a| {
+                    each_known(a, items)
+                })
+                .await
+            }
+            None => Vec::new(),
+        };
+        if !answers.is_empty() {
+            // Node failures once per node and round (not once per lock of the batch).
+            crate::base::metrics::failures(&item_votes(&answers, 0).0);
+        }
+        let now = Instant::now();
+        plans
+            .into_iter()
+            .zip(reqs)
+            .map(|(plan, r)| match plan {
+                Plan::Done(e) => Err(e),
+                Plan::Sent(k, new_deadline) => {
+                    let votes = item_votes(&answers, k);
+                    let reached = quorum::outcome(&votes.0) == Outcome::Reached;
+                    if now >= r.deadline {
+                        Err(Error::NotHeld {
+                            resources: r.held.names(),
+                            reason: NotHeldReason::Expired,
+                            votes,
+                        })
+                    } else if reached {
+                        Ok(new_deadline)
+                    } else {
+                        Err(self.round_failure(&r.held, Round::Extend, votes))
+                    }
+                }
+            })
+            .inspect(|r| crate::base::metrics::extension(r.is_ok()))
+            .collect()
+    }
+}
+
+impl Releaser for Inner {
+    fn background(&self) -> &Background {
+        &self.background
+    }
+
+    fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn command_timeout(&self, ttl: Duration) -> Duration {
+        self.node_timeout(ttl)
+    }
+
+    async fn release_round(
+        &self,
+        held: &Arc<Held>,
+        targets: Vec<usize>,
+        enough: fn(&[Option<Vote>]) -> bool,
+    ) -> Votes {
+        self.release_round_with(held, targets, enough).await
+    }
+}
+
+impl Inner {
+    async fn release_round_with(
+        &self,
+        held: &Arc<Held>,
+        targets: Vec<usize>,
+        enough: impl FnMut(&[Option<Vote>]) -> bool,
+    ) -> Votes {
+        let timeout = self.release_timeout();
+        let calls: Vec<_> = targets
+            .into_iter()
+            .map(|i| (i, self.nodes[i].clone().release(held.clone(), timeout)))
+            .collect();
+        let votes = votes(fan_out(self.nodes.len(), calls, None, Late::Drop, enough).await);
+        crate::base::metrics::failures(&votes.0);
+        votes
+    }
+}
