@@ -13,7 +13,8 @@ use tokio::time::Instant;
 
 use crate::base::error::{Error, InvalidInput, Names, NotHeldReason, Result, Round, Vote, Votes};
 use crate::base::line::{Line, LEASE};
-use crate::nodes::node::{Acquired, Extension, Held, LineRef, Node, Queue};
+use crate::nodes::node::{Acquired, Held, LineRef, Node, Queue};
+use crate::nodes::node_extend_many::Extension;
 use crate::nodes::subscriber::Subscribers;
 pub(crate) use crate::rounds::background::spawn_release;
 use crate::rounds::background::{self, Background, CleanupGuard, Releaser};
