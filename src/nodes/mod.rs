@@ -2,9 +2,11 @@
 //!
 //! A node's connect loop and the server it found (`connection`), what that server lets this client
 //! do without Lua (`caps`), the native compare-and-delete commands (`native`), a node that is a Redis
-//! Cluster (`cluster`), the single server's batched hot path (`batch`), a node's commands with their
-//! arguments and options (`node`) and the subscriber connection that carries wake-ups
-//! (`subscriber`).
+//! Cluster (`cluster`), the single server's batched hot path (`batch`), a node's client, options and
+//! how it sends a command (`node`), and the commands themselves: a wait line's gate (`node_gate`),
+//! a lock's (`node_lock`), a batch of extensions (`node_extend_many`), the primitives'
+//! (`node_primitives`) and an operator's (`node_ops`); and the subscriber connection that carries
+//! wake-ups (`subscriber`).
 //!
 //! Must not: decide anything across nodes (no quorum, no validity), or know what a lock handle is.
 
@@ -14,4 +16,9 @@ pub(crate) mod cluster;
 pub(crate) mod connection;
 pub(crate) mod native;
 pub(crate) mod node;
+pub(crate) mod node_extend_many;
+pub(crate) mod node_gate;
+pub(crate) mod node_lock;
+pub(crate) mod node_ops;
+pub(crate) mod node_primitives;
 pub(crate) mod subscriber;

@@ -13,7 +13,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::base::error::{InvalidInput, Vote, Votes};
-use crate::nodes::node::{Held, LineRef, Queue, Slot, SlotRequest};
+use crate::nodes::node::{Held, LineRef, Queue, Slot};
+use crate::nodes::node_primitives::SlotRequest;
 use crate::rounds::attempt::{fencing_tokens, Failure, Grant, Turn};
 use crate::rounds::lock::Lock;
 use crate::rounds::quorum::{self, fan_out, Late, Outcome};

@@ -12,7 +12,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::base::error::{Error, InvalidInput, NotHeldReason, Result, Round, Vote, Votes};
-use crate::nodes::node::{Extension, Held};
+use crate::nodes::node::Held;
+use crate::nodes::node_extend_many::Extension;
 use crate::rounds::background::{self, Background, Releaser};
 use crate::rounds::quorum::{
     self, each_known, fan_out, item_votes, quorum_known, votes, Late, Outcome,

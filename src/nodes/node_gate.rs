@@ -1,0 +1,139 @@
+//! A node's side of a lock's wait line (see `base::line`): whether this node is the gate that
+//! keeps a lock's line, the gate's acquire and release scripts (which queue a waiter and wake
+//! the line's head), and leaving a line.
+//!
+//! Owns: the arguments of the line scripts (`GATE_ACQUIRE`, `GATE_RELEASE`, `LINE_LEAVE`, and
+//! the line's part of a semaphore gate's script).
+//! Must not: decode a reply by hand (reply), decide who waits or is woken (the line and the
+//! acquire loop), or choose a lock's path on a node (node_lock).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::Value;
+
+use crate::base::error::{NodeError, Vote};
+use crate::base::reply::{self, Acquired};
+use crate::nodes::batch::{Held, LineRef};
+use crate::nodes::node::{Backend, Node};
+
+/// The gate scripts' arguments after a semaphore's own: member, lease, channel prefix.
+pub(super) fn line_argv(line: &LineRef) -> [Value; 3] {
+    [
+        Value::from(line.member.as_deref().unwrap_or("")),
+        Value::Integer(crate::base::line::LEASE.as_millis() as i64),
+        Value::from(line.local.prefix()),
+    ]
+}
+
+impl Node {
+    /// `line` when this node is its gate (and may keep lines).
+    pub(super) fn gated<'a>(&self, line: &'a Option<LineRef>) -> Option<&'a LineRef> {
+        line.as_ref()
+            .filter(|l| l.gate == self.state.index)
+            .filter(|_| !self.no_line.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// One key through its gate's wait line (`scripts::GATE_ACQUIRE`).
+    pub(super) async fn acquire_gated(
+        &self,
+        held: &Held,
+        line: &LineRef,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Acquired {
+        let scripts = crate::base::scripts::Scripts::get();
+        let Some(key) = held.keys.first() else {
+            return Acquired::plain(Vote::Failed(self.unexpected("key")));
+        };
+        let mut keys = vec![key.as_str(), line.key.as_str()];
+        if let Some(fence) = held.fence_keys.first() {
+            keys.push(fence);
+        }
+        let member = line.member.as_deref().unwrap_or("");
+        let rank = if line.local.polls() { "rank" } else { "" };
+        let argv = [
+            Value::from(held.value.as_str()),
+            Value::Integer(ttl_ms as i64),
+            Value::from(member),
+            Value::Integer(crate::base::line::LEASE.as_millis() as i64),
+            Value::from(rank),
+        ];
+        let reply = self
+            .script_on(&scripts.gate_acquire, &keys, &argv, timeout)
+            .await;
+        reply::gate_acquired(&self.name, reply, !held.fence_keys.is_empty())
+    }
+
+    /// The release on a gate (`scripts::GATE_RELEASE`): wakes the line's head after a holder's
+    /// release, puts a waiter back at the front after its failed attempt.
+    pub(super) async fn gate_release(
+        &self,
+        held: &Held,
+        line: &LineRef,
+        timeout: Duration,
+    ) -> Result<Value, NodeError> {
+        let scripts = crate::base::scripts::Scripts::get();
+        let wake = line.wake.load(std::sync::atomic::Ordering::Acquire);
+        let mode = match (&line.member, wake) {
+            (_, true) => "w",
+            // Back at the front only while the waiter still waits (not a late retry after it
+            // left the line).
+            (Some(member), false) if line.local.waits(member) => member,
+            (_, false) => "q",
+        };
+        let mut args = Vec::with_capacity(held.keys.len() + 8);
+        args.push(Value::from(scripts.gate_release.body));
+        args.push(Value::Integer(held.keys.len() as i64 + 1));
+        args.extend(held.keys.iter().map(|k| Value::from(k.as_str())));
+        args.push(Value::from(line.key.as_str()));
+        args.push(Value::from(held.value.as_str()));
+        args.push(Value::from(mode));
+        args.push(Value::Integer(crate::base::line::LEASE.as_millis() as i64));
+        args.push(Value::from(line.local.prefix()));
+        args.push(Value::from(format!("{:08x}", rand::random::<u32>())));
+        if let Some(e) = crate::nodes::native::scripts_refused(&self.state) {
+            return Err(e);
+        }
+        match &self.backend {
+            Backend::Server(_) => {
+                let reply = self.call("EVAL", 2, args, timeout).await;
+                crate::nodes::native::scripted(&self.state, reply)
+            }
+            Backend::Cluster(shards) => {
+                let Some(first) = held.keys.first() else {
+                    return Ok(Value::Array(vec![Value::Integer(0), Value::from("")]));
+                };
+                Box::pin(shards.call("EVAL", first, args, timeout, Some(&held.value))).await
+            }
+        }
+    }
+
+    /// Leaves `line` (a waiter that gave up), or with no member pokes it (a broken lock): the
+    /// next head is woken when a key is free. Returns the member woken.
+    pub(crate) async fn leave_line(
+        self: Arc<Self>,
+        keys: Arc<Vec<String>>,
+        line: Arc<(String, String, String)>,
+        timeout: Duration,
+    ) -> Result<Option<String>, NodeError> {
+        let scripts = crate::base::scripts::Scripts::get();
+        let (line_key, member, prefix) = &*line;
+        let all: Vec<&str> = keys
+            .iter()
+            .map(String::as_str)
+            .chain(std::iter::once(line_key.as_str()))
+            .collect();
+        let argv = [Value::from(member.as_str()), Value::from(prefix.as_str())];
+        match self
+            .script_on(&scripts.line_leave, &all, &argv, timeout)
+            .await?
+        {
+            Value::String(s) if s.is_empty() => Ok(None),
+            Value::String(s) => Ok(Some(s.to_string())),
+            Value::Bytes(b) if b.is_empty() => Ok(None),
+            Value::Bytes(b) => Ok(Some(String::from_utf8_lossy(&b).into_owned())),
+            _ => Err(self.unexpected("woken member")),
+        }
+    }
+}
