@@ -14,7 +14,15 @@ const FOLDERS: &[(&str, &[&str])] = &[
     (
         "base",
         &[
-            "error", "metrics", "endpoint", "owner", "reply", "slots", "scripts", "line",
+            "error",
+            "metrics",
+            "endpoint",
+            "owner",
+            "reply",
+            "slots",
+            "scripts",
+            "sem_rw_scripts",
+            "line",
         ],
     ),
     (
@@ -62,6 +70,7 @@ const TOP: &[&str] = &["config"];
 const LAYERS: &[&[&str]] = &[
     &["error"],
     &["metrics", "caps"],
+    &["sem_rw_scripts"],
     &[
         "endpoint",
         "scripts",
