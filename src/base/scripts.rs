@@ -261,8 +261,8 @@ return {0, 1, -3}
 
 /// Take one semaphore slot on the semaphore's gate node: `take()` (see `sem_take!` in
 /// `sem_rw_scripts`) for the head of the semaphore's wait line only (or anyone while it is
-/// empty); a refused waiter joins the line. After a grant, when another slot is still free, the next head is woken at once
-/// (one grant per wake-up, however many permits came free together).
+/// empty); a refused waiter joins the line. After a grant, when another slot is still free, the
+/// next head is woken at once (one grant per wake-up, however many permits came free together).
 /// KEYS: as `take()`, then the line's key LAST. ARGV[1..4]: as `take()`; ARGV[5]: the
 /// waiter's member ('' = does not wait); ARGV[6]: the lease in ms; ARGV[7]: channel prefix.
 /// Reply: as `take()`, or `{0, rank}` when refused with the waiter's place in line (0 = head,
