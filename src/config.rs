@@ -269,47 +269,9 @@ impl Builder {
     /// Cancellation: dropping the future before it completes leaves the clients created so far
     /// to shut down when dropped; nothing is locked.
     pub async fn build(self) -> Result<Redlock> {
-        if self.nodes.is_empty() {
-            return Err(InvalidInput::NoNodes.into());
-        }
-        if !(self.drift_factor.is_finite() && (0.0..0.5).contains(&self.drift_factor)) {
-            return Err(InvalidInput::DriftFactor(self.drift_factor).into());
-        }
-        // -0.0 is in range; make it a plain zero.
-        let drift_factor = self.drift_factor.abs();
-        self.retry.validate()?;
-        let label = match self.owner_label {
-            Some(label) => {
-                crate::base::owner::check_label(&label)?;
-                label
-            }
-            None => crate::base::owner::default_label(),
-        };
-        match self.node_timeout {
-            Some(t) if t.is_zero() => return Err(InvalidInput::ZeroNodeTimeout.into()),
-            Some(t) if t > MAX_NODE_TIMEOUT => {
-                return Err(InvalidInput::NodeTimeoutTooLarge(t).into())
-            }
-            _ => {}
-        }
+        let (drift_factor, label) = self.checked()?;
         let servers = Arc::new(Servers::default());
-        let mut nodes: Vec<Node> = Vec::with_capacity(self.nodes.len());
-        for (index, spec) in self.nodes.into_iter().enumerate() {
-            let node = match spec {
-                NodeSpec::Url(url) => Node::from_url(index, &url, servers.clone())?,
-                NodeSpec::Client(client) => {
-                    if client.client_reconnect_policy().is_none() {
-                        return Err(InvalidInput::NoReconnectPolicy { index }.into());
-                    }
-                    Node::from_client(index, client, servers.clone())
-                }
-            };
-            // The same address is the same server, whatever the database index.
-            if let Some(first) = nodes.iter().position(|n| n.addr == node.addr) {
-                return Err(duplicate(first, &nodes[first], index, &node, String::new()));
-            }
-            nodes.push(node);
-        }
+        let nodes = create_nodes(self.nodes, &servers)?;
         let line = Arc::new(Line::new(
             &self.key_prefix,
             nodes.len(),
@@ -325,45 +287,12 @@ impl Builder {
             node.connect();
         }
         let waited = wait_for_quorum(&nodes, self.connect_wait).await;
-        // Aliases (localhost / an IP / a DNS name) only show once connected: same run_id.
-        for (second, node) in nodes.iter().enumerate() {
-            if let Identity::Duplicate { of, run_id, .. } = &*node.state.identity.borrow() {
-                let how = format!(" (same run_id {run_id})");
-                return Err(duplicate(*of, &nodes[*of], second, node, how));
-            }
-        }
+        no_aliases(&nodes)?;
         let q = quorum::quorum(nodes.len());
         if let Some(e) = no_lock(&nodes, q) {
             return Err(e);
         }
-        let down: Vec<NodeError> = nodes
-            .iter()
-            .filter(|n| n.state.counts().is_err())
-            .map(|n| {
-                n.state.cause().unwrap_or_else(|| NodeError {
-                    node: n.name.clone(),
-                    kind: NodeErrorKind::Connection,
-                    message: "still connecting".into(),
-                })
-            })
-            .collect();
-        // Each node that does not count was logged (WARN) by its connection, once.
-        let connected = nodes.len() - down.len();
-        // Credentials refused by too many nodes will not fix themselves: fail at once, also
-        // without `require_quorum`, instead of failing every acquire.
-        let refused = down
-            .iter()
-            .filter(|e| e.kind == NodeErrorKind::Auth)
-            .count();
-        if (connected < q && self.require_quorum) || nodes.len() - refused < q {
-            return Err(Error::Connect {
-                nodes: nodes.len(),
-                quorum: q,
-                connected,
-                waited,
-                failures: down,
-            });
-        }
+        enough_connected(&nodes, q, self.require_quorum, waited)?;
         Ok(Redlock::from_inner(Inner {
             quorum: q,
             nodes,
@@ -379,6 +308,103 @@ impl Builder {
             wake,
         }))
     }
+
+    /// The settings checked, before anything connects: the drift factor (a plain zero for
+    /// -0.0) and the owner label to use.
+    fn checked(&self) -> Result<(f64, String)> {
+        if self.nodes.is_empty() {
+            return Err(InvalidInput::NoNodes.into());
+        }
+        if !(self.drift_factor.is_finite() && (0.0..0.5).contains(&self.drift_factor)) {
+            return Err(InvalidInput::DriftFactor(self.drift_factor).into());
+        }
+        // -0.0 is in range; make it a plain zero.
+        let drift_factor = self.drift_factor.abs();
+        self.retry.validate()?;
+        let label = match &self.owner_label {
+            Some(label) => {
+                crate::base::owner::check_label(label)?;
+                label.clone()
+            }
+            None => crate::base::owner::default_label(),
+        };
+        match self.node_timeout {
+            Some(t) if t.is_zero() => return Err(InvalidInput::ZeroNodeTimeout.into()),
+            Some(t) if t > MAX_NODE_TIMEOUT => {
+                return Err(InvalidInput::NodeTimeoutTooLarge(t).into())
+            }
+            _ => {}
+        }
+        Ok((drift_factor, label))
+    }
+}
+
+/// One node per spec, not connected yet; a client without a reconnect policy or an address
+/// listed twice is refused.
+fn create_nodes(specs: Vec<NodeSpec>, servers: &Arc<Servers>) -> Result<Vec<Node>> {
+    let mut nodes: Vec<Node> = Vec::with_capacity(specs.len());
+    for (index, spec) in specs.into_iter().enumerate() {
+        let node = match spec {
+            NodeSpec::Url(url) => Node::from_url(index, &url, servers.clone())?,
+            NodeSpec::Client(client) => {
+                if client.client_reconnect_policy().is_none() {
+                    return Err(InvalidInput::NoReconnectPolicy { index }.into());
+                }
+                Node::from_client(index, client, servers.clone())
+            }
+        };
+        // The same address is the same server, whatever the database index.
+        if let Some(first) = nodes.iter().position(|n| n.addr == node.addr) {
+            return Err(duplicate(first, &nodes[first], index, &node, String::new()));
+        }
+        nodes.push(node);
+    }
+    Ok(nodes)
+}
+
+/// Aliases (localhost / an IP / a DNS name) only show once connected: same run_id.
+fn no_aliases(nodes: &[Arc<Node>]) -> Result<()> {
+    for (second, node) in nodes.iter().enumerate() {
+        if let Identity::Duplicate { of, run_id, .. } = &*node.state.identity.borrow() {
+            let how = format!(" (same run_id {run_id})");
+            return Err(duplicate(*of, &nodes[*of], second, node, how));
+        }
+    }
+    Ok(())
+}
+
+/// [`Error::Connect`] when fewer than `q` nodes count and `strict` (`require_quorum`), or when
+/// so many nodes refused the credentials that no quorum is left.
+fn enough_connected(nodes: &[Arc<Node>], q: usize, strict: bool, waited: Duration) -> Result<()> {
+    let down: Vec<NodeError> = nodes
+        .iter()
+        .filter(|n| n.state.counts().is_err())
+        .map(|n| {
+            n.state.cause().unwrap_or_else(|| NodeError {
+                node: n.name.clone(),
+                kind: NodeErrorKind::Connection,
+                message: "still connecting".into(),
+            })
+        })
+        .collect();
+    // Each node that does not count was logged (WARN) by its connection, once.
+    let connected = nodes.len() - down.len();
+    // Credentials refused by too many nodes will not fix themselves: fail at once, also
+    // without `require_quorum`, instead of failing every acquire.
+    let refused = down
+        .iter()
+        .filter(|e| e.kind == NodeErrorKind::Auth)
+        .count();
+    if (connected < q && strict) || nodes.len() - refused < q {
+        return Err(Error::Connect {
+            nodes: nodes.len(),
+            quorum: q,
+            connected,
+            waited,
+            failures: down,
+        });
+    }
+    Ok(())
 }
 
 /// The nodes where no lock can ever be granted (this user may not run scripts, and the server

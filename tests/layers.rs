@@ -14,7 +14,15 @@ const FOLDERS: &[(&str, &[&str])] = &[
     (
         "base",
         &[
-            "error", "metrics", "endpoint", "owner", "reply", "slots", "scripts", "line",
+            "error",
+            "metrics",
+            "endpoint",
+            "owner",
+            "reply",
+            "slots",
+            "scripts",
+            "sem_rw_scripts",
+            "line",
         ],
     ),
     (
@@ -23,6 +31,7 @@ const FOLDERS: &[(&str, &[&str])] = &[
             "caps",
             "connection",
             "cluster",
+            "topology",
             "native",
             "batch",
             "node",
@@ -74,6 +83,7 @@ const TOP: &[&str] = &["config"];
 const LAYERS: &[&[&str]] = &[
     &["error"],
     &["metrics", "caps"],
+    &["sem_rw_scripts"],
     &[
         "endpoint",
         "scripts",
@@ -83,6 +93,7 @@ const LAYERS: &[&[&str]] = &[
         "line",
         "owner",
     ],
+    &["topology"],
     &["cluster", "native"],
     &["batch"],
     &["node", "quorum"],

@@ -27,13 +27,14 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use fred::clients::{Client, Pipeline};
-use fred::prelude::{ClientLike, Config, ErrorKind, Server, ServerConfig, Value};
+use fred::prelude::{ClientLike, Config, Server, ServerConfig, Value};
 use fred::types::{ClusterHash, CustomCommand};
 use tokio::sync::Notify;
 
 use crate::base::error::{NodeError, NodeErrorKind};
 use crate::base::slots;
 use crate::nodes::connection::{self, options, Link, Servers, State};
+use crate::nodes::topology::{host_of, parse_slots, redirect, Redirect, Table, Topology};
 
 /// Redirects followed for one command before giving up (a resharding moves a slot once).
 pub(crate) const MAX_REDIRECTS: usize = 5;
@@ -67,34 +68,6 @@ struct Shard {
     addr: String,
     client: Client,
     state: Arc<State>,
-}
-
-/// The slot table: ranges from `CLUSTER SLOTS`, and single slots a `MOVED` moved since.
-#[derive(Default)]
-struct Table {
-    ranges: Vec<(u16, u16, String)>,
-    moved: HashMap<u16, String>,
-}
-
-impl Table {
-    fn owner(&self, slot: u16) -> Option<&str> {
-        if let Some(addr) = self.moved.get(&slot) {
-            return Some(addr);
-        }
-        let i = self.ranges.partition_point(|(_, end, _)| *end < slot);
-        match self.ranges.get(i) {
-            Some((start, _, addr)) if *start <= slot => Some(addr),
-            _ => None,
-        }
-    }
-}
-
-/// What `CLUSTER SLOTS` said.
-struct Topology {
-    table: Table,
-    /// The smallest node id seen: the cluster's identity.
-    id: String,
-    replicas: usize,
 }
 
 /// The shards of one cluster node.
@@ -449,19 +422,7 @@ impl Shards {
     ) -> Result<Value, NodeError> {
         let start = Instant::now();
         let slot = slots::slot(key);
-        let owner = self
-            .table
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .owner(slot)
-            .map(str::to_string);
-        let Some(mut target) = owner else {
-            self.refresh.notify_one();
-            return Err(self.node_error(
-                NodeErrorKind::Connection,
-                format!("no shard serves slot {slot} (of key {key:?}) in the slot table yet"),
-            ));
-        };
+        let mut target = self.owner_of(slot, key)?;
         let mut asking = false;
         // A key-creating command of an acquire records where it is queued (see `behind`).
         let placement = match after {
@@ -472,87 +433,117 @@ impl Shards {
             Some(_) => None,
         };
         for _ in 0..=MAX_REDIRECTS {
-            let left = timeout.saturating_sub(start.elapsed());
-            if left.is_zero() {
+            if timeout.saturating_sub(start.elapsed()).is_zero() {
                 return Err(self.node_error(
                     NodeErrorKind::Timeout,
                     format!("slot {slot} (key {key:?}): no answer in time after a redirect"),
                 ));
             }
             let shard = self.shard(&target)?;
-            if *shard.state.link.borrow() == Link::Connecting {
-                ready(&shard, left).await;
-            }
-            // A release must land after its token's key-creating commands on this node. One
-            // connection's order guarantees that only for those queued on this shard's
-            // connection already; others (redirected, sent to the old owner just before a
-            // `MOVED` changed the table, or still waiting for a connection, where commands
-            // wake in no fixed order) are waited for. A release of a lock that was held finds
-            // nothing running and is sent in this same poll, ahead of a next acquire's SET.
-            if let Some(token) = after {
-                if !self.behind(token, &shard.addr) {
-                    self.settled(token, timeout.saturating_sub(start.elapsed()))
-                        .await;
-                }
-            }
-            // What the waits used is gone: the command must not outlive its call's budget (a
-            // clean-up release waits for it only that long).
-            let left = timeout.saturating_sub(start.elapsed());
-            if left.is_zero() {
-                return Err(self.node_error(
-                    NodeErrorKind::Timeout,
-                    format!("shard {target}: not connected in time"),
-                ));
-            }
-            let mut sending = std::pin::pin!(send(&shard.client, cmd, args.clone(), left, asking));
-            // The first poll hands the command to the shard's connection.
-            let reply = match futures::poll!(sending.as_mut()) {
-                std::task::Poll::Ready(reply) => reply,
-                std::task::Poll::Pending => {
-                    if let Some(placement) = &placement {
-                        placement.at(Some(&shard.addr));
-                    }
-                    sending.await
-                }
-            };
-            if let Some(placement) = &placement {
-                placement.at(None);
-            }
-            let e = match reply {
+            let left = self
+                .wait_to_send(&shard, &target, after, start, timeout)
+                .await?;
+            let sent = send(&shard.client, cmd, args.clone(), left, asking);
+            let e = match placed(sent, &shard, placement.as_ref()).await {
                 Ok(value) => return Ok(value),
                 Err(e) => e,
             };
-            // Redis omits the host (`:7001`) when it does not know its own address.
-            let redirect = redirect(&e).map(|(kind, slot, addr)| match addr.starts_with(':') {
-                true => (kind, slot, format!("{}{addr}", host_of(&shard.addr))),
-                false => (kind, slot, addr),
-            });
-            match redirect {
-                Some((Redirect::Moved, moved, addr)) => {
-                    tracing::debug!(node = %self.node, slot = moved, to = %addr, "MOVED");
-                    self.patch(moved, &addr);
-                    target = addr;
-                    asking = false;
-                }
-                Some((Redirect::Ask, _, addr)) => {
-                    tracing::debug!(node = %self.node, slot, to = %addr, "ASK");
-                    target = addr;
-                    asking = true;
-                }
-                None => {
-                    let error = self.shard_error(&shard, &e);
-                    if error.kind == NodeErrorKind::Connection {
-                        // The shard may have failed over: read the table again.
-                        self.refresh.notify_one();
-                    }
-                    return Err(error);
-                }
-            }
+            (target, asking) = self.follow(&shard, slot, &e)?;
         }
         Err(self.node_error(
             NodeErrorKind::Server,
             format!("slot {slot} (key {key:?}): still redirected after {MAX_REDIRECTS} redirects (is a resharding looping?)"),
         ))
+    }
+
+    /// The shard the slot table names for `slot` (of `key`); without one, a table refresh is
+    /// asked for and the command fails.
+    fn owner_of(&self, slot: u16, key: &str) -> Result<String, NodeError> {
+        let owner = self
+            .table
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .owner(slot)
+            .map(str::to_string);
+        owner.ok_or_else(|| {
+            self.refresh.notify_one();
+            self.node_error(
+                NodeErrorKind::Connection,
+                format!("no shard serves slot {slot} (of key {key:?}) in the slot table yet"),
+            )
+        })
+    }
+
+    /// Before a send to `shard` (at `target`): waits for its first connection and, for a
+    /// release (`after`), for the token's key-creating commands its connection's order does not
+    /// cover. Returns the budget left for the command, or a timeout when none is left.
+    async fn wait_to_send(
+        &self,
+        shard: &Shard,
+        target: &str,
+        after: Option<&str>,
+        start: Instant,
+        timeout: Duration,
+    ) -> Result<Duration, NodeError> {
+        if *shard.state.link.borrow() == Link::Connecting {
+            ready(shard, timeout.saturating_sub(start.elapsed())).await;
+        }
+        // A release must land after its token's key-creating commands on this node. One
+        // connection's order guarantees that only for those queued on this shard's
+        // connection already; others (redirected, sent to the old owner just before a
+        // `MOVED` changed the table, or still waiting for a connection, where commands
+        // wake in no fixed order) are waited for. A release of a lock that was held finds
+        // nothing running and is sent in this same poll, ahead of a next acquire's SET.
+        if let Some(token) = after {
+            if !self.behind(token, &shard.addr) {
+                self.settled(token, timeout.saturating_sub(start.elapsed()))
+                    .await;
+            }
+        }
+        // What the waits used is gone: the command must not outlive its call's budget (a
+        // clean-up release waits for it only that long).
+        let left = timeout.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            return Err(self.node_error(
+                NodeErrorKind::Timeout,
+                format!("shard {target}: not connected in time"),
+            ));
+        }
+        Ok(left)
+    }
+
+    /// After an error reply from `shard`: where a redirect sends the command next (the shard
+    /// and whether `ASKING` goes first); any other error is the command's answer.
+    fn follow(
+        &self,
+        shard: &Shard,
+        slot: u16,
+        e: &fred::error::Error,
+    ) -> Result<(String, bool), NodeError> {
+        // Redis omits the host (`:7001`) when it does not know its own address.
+        let redirect = redirect(e).map(|(kind, slot, addr)| match addr.starts_with(':') {
+            true => (kind, slot, format!("{}{addr}", host_of(&shard.addr))),
+            false => (kind, slot, addr),
+        });
+        match redirect {
+            Some((Redirect::Moved, moved, addr)) => {
+                tracing::debug!(node = %self.node, slot = moved, to = %addr, "MOVED");
+                self.patch(moved, &addr);
+                Ok((addr, false))
+            }
+            Some((Redirect::Ask, _, addr)) => {
+                tracing::debug!(node = %self.node, slot, to = %addr, "ASK");
+                Ok((addr, true))
+            }
+            None => {
+                let error = self.shard_error(shard, e);
+                if error.kind == NodeErrorKind::Connection {
+                    // The shard may have failed over: read the table again.
+                    self.refresh.notify_one();
+                }
+                Err(error)
+            }
+        }
     }
 
     /// A `MOVED`: the slot is served elsewhere from now on; read the whole table again.
@@ -594,6 +585,30 @@ async fn ready(shard: &Shard, wait: Duration) -> bool {
     up
 }
 
+/// Runs `sending`, one attempt on `shard`; while it is queued on the shard's connection (after
+/// its first poll handed it over), `placement` says so.
+async fn placed<F: std::future::Future<Output = Result<Value, fred::error::Error>>>(
+    sending: F,
+    shard: &Shard,
+    placement: Option<&Placement<'_>>,
+) -> Result<Value, fred::error::Error> {
+    let mut sending = std::pin::pin!(sending);
+    // The first poll hands the command to the shard's connection.
+    let reply = match futures::poll!(sending.as_mut()) {
+        std::task::Poll::Ready(reply) => reply,
+        std::task::Poll::Pending => {
+            if let Some(placement) = placement {
+                placement.at(Some(&shard.addr));
+            }
+            sending.await
+        }
+    };
+    if let Some(placement) = placement {
+        placement.at(None);
+    }
+    reply
+}
+
 /// One attempt; with `asking`, `ASKING` and the command pipelined so that nothing else runs on
 /// that connection between them.
 async fn send(
@@ -618,143 +633,4 @@ async fn send(
     let _: Value = pipeline.custom(asking, Vec::<Value>::new()).await?;
     let _: Value = pipeline.custom(command, args).await?;
     Box::pin(pipeline.last::<Value>()).await
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Redirect {
-    Moved,
-    Ask,
-}
-
-/// `MOVED <slot> <host:port>` or `ASK <slot> <host:port>`.
-fn redirect(e: &fred::error::Error) -> Option<(Redirect, u16, String)> {
-    if *e.kind() != ErrorKind::Cluster {
-        return None;
-    }
-    let mut parts = e.details().split_whitespace();
-    let kind = match parts.next()? {
-        "MOVED" => Redirect::Moved,
-        "ASK" => Redirect::Ask,
-        _ => return None,
-    };
-    let slot = parts
-        .next()?
-        .parse::<u16>()
-        .ok()
-        .filter(|s| *s < slots::SLOTS)?;
-    Some((kind, slot, parts.next()?.to_string()))
-}
-
-fn host_of(addr: &str) -> &str {
-    addr.rsplit_once(':').map_or(addr, |(h, _)| h)
-}
-
-/// `CLUSTER SLOTS`: `[[start, end, [host, port, id, ..], replicas..], ..]`.
-fn parse_slots(value: &Value, asked: &str) -> Option<Topology> {
-    let Value::Array(entries) = value else {
-        return None;
-    };
-    let mut table = Table::default();
-    let mut ids: Vec<String> = Vec::new();
-    let mut replicas = 0;
-    for entry in entries {
-        let Value::Array(parts) = entry else {
-            return None;
-        };
-        let [Value::Integer(start), Value::Integer(end), primary, others @ ..] = parts.as_slice()
-        else {
-            return None;
-        };
-        let start = u16::try_from(*start).ok().filter(|s| *s < slots::SLOTS)?;
-        let end = u16::try_from(*end)
-            .ok()
-            .filter(|e| *e < slots::SLOTS && *e >= start)?;
-        let (host, port, id) = endpoint(primary)?;
-        let host = if host.is_empty() || host == "?" {
-            asked.to_string()
-        } else {
-            host
-        };
-        table.ranges.push((start, end, format!("{host}:{port}")));
-        ids.extend(id);
-        for other in others {
-            ids.extend(endpoint(other)?.2);
-            replicas += 1;
-        }
-    }
-    table.ranges.sort_by_key(|(start, _, _)| *start);
-    let id = ids.into_iter().min().unwrap_or_default();
-    Some(Topology {
-        table,
-        id,
-        replicas,
-    })
-}
-
-/// `[host, port, id, ..]` (the id is missing before Redis 4).
-fn endpoint(value: &Value) -> Option<(String, i64, Option<String>)> {
-    let Value::Array(parts) = value else {
-        return None;
-    };
-    let host = parts.first()?.as_string()?;
-    let Value::Integer(port) = parts.get(1)? else {
-        return None;
-    };
-    let id = parts.get(2).and_then(Value::as_string);
-    Some((host, *port, id))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn redirects_are_parsed() {
-        let moved = fred::error::Error::new(ErrorKind::Cluster, "MOVED 3999 127.0.0.1:6381");
-        assert_eq!(
-            redirect(&moved),
-            Some((Redirect::Moved, 3999, "127.0.0.1:6381".into()))
-        );
-        let ask = fred::error::Error::new(ErrorKind::Cluster, "ASK 1 ::1:7002");
-        assert_eq!(redirect(&ask), Some((Redirect::Ask, 1, "::1:7002".into())));
-        let down = fred::error::Error::new(ErrorKind::Cluster, "CLUSTERDOWN The cluster is down");
-        assert_eq!(redirect(&down), None);
-        let bad = fred::error::Error::new(ErrorKind::Cluster, "MOVED 99999 x:1");
-        assert_eq!(redirect(&bad), None);
-        let other = fred::error::Error::new(ErrorKind::Unknown, "MOVED 1 x:1");
-        assert_eq!(redirect(&other), None);
-    }
-
-    #[test]
-    fn the_table_finds_owners() {
-        let value = Value::Array(vec![
-            Value::Array(vec![
-                Value::Integer(5461),
-                Value::Integer(10922),
-                Value::Array(vec!["".into(), Value::Integer(7002), "bbb".into()]),
-                Value::Array(vec!["10.0.0.9".into(), Value::Integer(7005), "aaa".into()]),
-            ]),
-            Value::Array(vec![
-                Value::Integer(0),
-                Value::Integer(5460),
-                Value::Array(vec!["10.0.0.1".into(), Value::Integer(7001), "ccc".into()]),
-            ]),
-        ]);
-        let mut t = parse_slots(&value, "10.0.0.2").expect("parsed");
-        assert_eq!(t.id, "aaa");
-        assert_eq!(t.replicas, 1);
-        assert_eq!(t.table.owner(0), Some("10.0.0.1:7001"));
-        assert_eq!(t.table.owner(5461), Some("10.0.0.2:7002"));
-        assert_eq!(t.table.owner(10922), Some("10.0.0.2:7002"));
-        assert_eq!(t.table.owner(10923), None);
-        t.table.moved.insert(3, "10.0.0.3:7003".into());
-        assert_eq!(t.table.owner(3), Some("10.0.0.3:7003"));
-        assert!(parse_slots(&Value::from("x"), "h").is_none());
-        let bad = Value::Array(vec![Value::Array(vec![
-            Value::Integer(9),
-            Value::Integer(2),
-            Value::Array(vec!["h".into(), Value::Integer(1)]),
-        ])]);
-        assert!(parse_slots(&bad, "h").is_none());
-    }
 }

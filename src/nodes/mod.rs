@@ -2,7 +2,7 @@
 //!
 //! A node's connect loop and the server it found (`connection`), what that server lets this client
 //! do without Lua (`caps`), the native compare-and-delete commands (`native`), a node that is a Redis
-//! Cluster (`cluster`), the single server's batched hot path (`batch`), a node's client, options and
+//! Cluster (`cluster`) and what its replies say (`topology`: the slot table, redirects), the single server's batched hot path (`batch`), a node's client, options and
 //! how it sends a command (`node`), and the commands themselves: a wait line's gate (`node_gate`),
 //! a lock's (`node_lock`), a batch of extensions (`node_extend_many`), the primitives'
 //! (`node_primitives`) and an operator's (`node_ops`); and the subscriber connection that carries
@@ -22,3 +22,4 @@ pub(crate) mod node_lock;
 pub(crate) mod node_ops;
 pub(crate) mod node_primitives;
 pub(crate) mod subscriber;
+pub(crate) mod topology;
