@@ -122,36 +122,56 @@ async fn commands_per_cycle(nodes: &LocalNodes, redlock: &Redlock, resource: &st
     out.join("; ")
 }
 
+impl Variant {
+    fn new(name: &'static str, rule: &'static [&'static str]) -> Variant {
+        Variant {
+            name,
+            rule,
+            redlock: None,
+            samples: Vec::new(),
+            cpu_us: 0.0,
+            cycles: 0,
+        }
+    }
+}
+
 async fn run(quick: bool) {
     let nodes = LocalNodes::start_on(Server::Valkey, 3)
         .await
         .expect("valkey-server nodes (make valkey-server)");
     let mut variants = vec![
-        Variant {
-            name: "scripts (user -delifeq)",
-            rule: &["+@all", "-delifeq"],
-            redlock: None,
-            samples: Vec::new(),
-            cpu_us: 0.0,
-            cycles: 0,
-        },
-        Variant {
-            name: "native where possible (scripts allowed)",
-            rule: &["+@all"],
-            redlock: None,
-            samples: Vec::new(),
-            cpu_us: 0.0,
-            cycles: 0,
-        },
-        Variant {
-            name: "no Lua at all (user -@scripting)",
-            rule: &["+@all", "-@scripting"],
-            redlock: None,
-            samples: Vec::new(),
-            cpu_us: 0.0,
-            cycles: 0,
-        },
+        Variant::new("scripts (user -delifeq)", &["+@all", "-delifeq"]),
+        Variant::new("native where possible (scripts allowed)", &["+@all"]),
+        Variant::new(
+            "no Lua at all (user -@scripting)",
+            &["+@all", "-@scripting"],
+        ),
     ];
+    connect(&nodes, &mut variants).await;
+    let (rounds, block, blocks) = if quick { (3, 100, 4) } else { (7, 200, 10) };
+    measure(&nodes, &mut variants, rounds, blocks, block).await;
+    println!(
+        "Valkey 9.1.2, 3 local nodes, serial acquire+extend+release, {rounds} rounds x {blocks} blocks x {block} cycles per variant (interleaved):\n"
+    );
+    print_latency(&variants);
+    println!("\nCommands per cycle (each variant alone, CONFIG RESETSTAT first):");
+    for v in &variants {
+        let redlock = v.redlock.as_ref().expect("built");
+        println!(
+            "- {}: {}",
+            v.name,
+            commands_per_cycle(&nodes, redlock, v.name).await
+        );
+    }
+    for v in &variants {
+        if let Some(r) = &v.redlock {
+            r.close().await;
+        }
+    }
+}
+
+/// One ACL user per variant on every node, with the variant's rule, and its Redlock.
+async fn connect(nodes: &LocalNodes, variants: &mut [Variant]) {
     for (v, variant) in variants.iter_mut().enumerate() {
         let user = format!("bench{v}");
         let password = format!(">{PASSWORD}");
@@ -172,9 +192,19 @@ async fn run(quick: bool) {
             .expect("build");
         variant.redlock = Some(redlock);
     }
-    let (rounds, block, blocks) = if quick { (3, 100, 4) } else { (7, 200, 10) };
+}
+
+/// A warm-up, then `rounds` rounds of `blocks` blocks of `block` cycles per variant, the
+/// variants taking turns block by block; the servers' CPU is read around every block.
+async fn measure(
+    nodes: &LocalNodes,
+    variants: &mut [Variant],
+    rounds: usize,
+    blocks: usize,
+    block: u64,
+) {
     // Warm-up: connections, scripts cached, allocator.
-    for v in &variants {
+    for v in variants.iter() {
         let redlock = v.redlock.as_ref().expect("built");
         for _ in 0..300 {
             cycle(redlock, v.name).await;
@@ -185,13 +215,13 @@ async fn run(quick: bool) {
         for _ in 0..blocks {
             for (v, variant) in variants.iter_mut().enumerate() {
                 let redlock = variant.redlock.as_ref().expect("built");
-                let before = server_cpu_us(&nodes).await;
+                let before = server_cpu_us(nodes).await;
                 for _ in 0..block {
                     let t = Instant::now();
                     cycle(redlock, variant.name).await;
                     round[v].push(t.elapsed());
                 }
-                variant.cpu_us += server_cpu_us(&nodes).await - before;
+                variant.cpu_us += server_cpu_us(nodes).await - before;
                 variant.cycles += block;
             }
         }
@@ -199,12 +229,13 @@ async fn run(quick: bool) {
             variants[v].samples.push(samples);
         }
     }
-    println!(
-        "Valkey 9.1.2, 3 local nodes, serial acquire+extend+release, {rounds} rounds x {blocks} blocks x {block} cycles per variant (interleaved):\n"
-    );
+}
+
+/// The latency table: median across rounds of each round's p50 and p99, and server CPU.
+fn print_latency(variants: &[Variant]) {
     println!("| path | p50 | p99 | server CPU per cycle (3 nodes) |");
     println!("|---|---|---|---|");
-    for v in &variants {
+    for v in variants {
         let mut p50 = Vec::new();
         let mut p99 = Vec::new();
         for s in &v.samples {
@@ -220,20 +251,6 @@ async fn run(quick: bool) {
             median(p99).as_secs_f64() * 1e6,
             v.cpu_us / v.cycles as f64
         );
-    }
-    println!("\nCommands per cycle (each variant alone, CONFIG RESETSTAT first):");
-    for v in &variants {
-        let redlock = v.redlock.as_ref().expect("built");
-        println!(
-            "- {}: {}",
-            v.name,
-            commands_per_cycle(&nodes, redlock, v.name).await
-        );
-    }
-    for v in &variants {
-        if let Some(r) = &v.redlock {
-            r.close().await;
-        }
     }
 }
 

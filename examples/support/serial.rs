@@ -3,7 +3,7 @@
 //! runtime (this process's) and on a current-thread runtime (a thread of its own with its own
 //! clients), plus node-redlock (a child `node` process, see `node_redlock`), all in one run.
 //!
-//! Method: every variant runs blocks of [`BLOCK`](crate::BLOCK) cycles in turn, in a rotating
+//! Method: every variant runs blocks of [`BLOCK`](crate::rounds::BLOCK) cycles in turn, in a rotating
 //! order, so a change in the machine's load falls on all of them alike; a round's p50 is taken
 //! per variant, and the table shows the median over rounds, with each ratio against the floor
 //! of the same runtime and run. Included by `bench` only (it uses `bench`'s targets).
@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::support::median;
 use crate::support::node_redlock::NodeRedlock;
-use crate::{Floor, Names, Target};
+use crate::targets::{Floor, Names, Target};
 
 /// Which runtime a variant runs on.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -90,7 +90,7 @@ impl CurrentThread {
 /// Floor, fredlock, rslock (the order of [`RUST`]) on the runtime this runs on.
 async fn rust_targets(urls: &[String]) -> Vec<Target> {
     let floor = Target::Floor(std::sync::Arc::new(Floor::connect(urls).await));
-    let fredlock = Target::Fredlock(crate::redlock(urls.to_vec(), None).await);
+    let fredlock = Target::Fredlock(crate::targets::redlock(urls.to_vec(), None).await);
     let mut manager = rslock::LockManager::new(urls.to_vec());
     manager.set_retry(3, std::time::Duration::from_millis(5));
     let rslock = Target::Rslock(std::sync::Arc::new(manager));
@@ -140,8 +140,10 @@ impl Variants {
             0..=2 => {
                 let (target, names) = (self.multi[v].clone(), self.multi_names.clone());
                 Some(
-                    crate::spawn_and_wait(async move { timed(&target, &names, cycles).await })
-                        .await,
+                    crate::rounds::spawn_and_wait(
+                        async move { timed(&target, &names, cycles).await },
+                    )
+                    .await,
                 )
             }
             3..=5 => Some(self.current.block(v - 3, cycles).await),
@@ -162,7 +164,7 @@ async fn round(variants: &mut Variants, cycles: usize) -> Vec<Option<f64>> {
         if done >= cycles {
             break;
         }
-        let size = crate::BLOCK.min(cycles - done);
+        let size = crate::rounds::BLOCK.min(cycles - done);
         for k in 0..N {
             let v = (block + k) % N;
             match variants.block(v, size).await {
@@ -244,7 +246,7 @@ impl Serial {
         };
         println!(
             "Serial acquire+release of one lock, 3 nodes: p50, µs (median of {rounds} rounds of {cycles} cycles per variant, interleaved in blocks of {}; node-redlock: {}; load average before {}, after {})",
-            crate::BLOCK,
+            crate::rounds::BLOCK,
             match &self.node_note {
                 Ok(v) => format!("redlock 5.0.0-beta.2 on ioredis 5, node {v}, its own event loop"),
                 Err(why) => format!("skipped: {why}"),

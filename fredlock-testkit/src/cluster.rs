@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::server::{resp_pipeline, LocalNodes, Options, RespValue};
+use crate::{resp::resp_pipeline, resp::RespValue, server::LocalNodes, server::Options};
 
 /// Number of hash slots of a Redis Cluster.
 pub const CLUSTER_SLOTS: u16 = 16_384;

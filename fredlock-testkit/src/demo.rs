@@ -34,7 +34,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::server::NODES_ENV;
+use crate::test_nodes::NODES_ENV;
 use crate::{env_nodes, LocalNodes, TestNodes};
 
 /// Any error, for the demos' plumbing.

@@ -75,9 +75,12 @@ pub mod checker;
 mod cluster;
 pub mod demo;
 mod flavour;
+mod process;
 mod proxy;
+mod resp;
 mod server;
 pub mod strawman;
+mod test_nodes;
 pub mod torture;
 
 pub use cluster::{LocalCluster, Migration, CLUSTER_SLOTS};
@@ -85,6 +88,6 @@ pub use flavour::{
     valkey_cache_path, Server, REDIS_BIN_ENV, SERVER_ENV, VALKEY_BIN_ENV, VALKEY_VERSION,
 };
 pub use proxy::{Blackhole, Fault, FaultProxy};
-pub use server::{
-    env_nodes, from_env_or_start, resp_command, resp_pipeline, LocalNodes, RespValue, TestNodes,
-};
+pub use resp::{resp_command, resp_pipeline, RespValue};
+pub use server::LocalNodes;
+pub use test_nodes::{env_nodes, from_env_or_start, TestNodes};
