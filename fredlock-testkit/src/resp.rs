@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// A reply in the RESP2 protocol, as returned by [`LocalNodes::command`].
+/// A reply in the RESP2 protocol, as returned by [`LocalNodes::command`](crate::LocalNodes::command).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RespValue {
     /// `+...` simple string, e.g. `OK` or `PONG`.
