@@ -60,7 +60,6 @@ use crate::nodes::connection::{options, State};
 pub(crate) const MAX_OPS: usize = 256;
 
 /// Lock keys and the stored value, shared by every per-node command of one lock.
-#[derive(Debug)]
 pub(crate) struct Held {
     pub(crate) keys: Vec<String>,
     /// What every key holds and every script compares: the secret token, then the separator
@@ -107,6 +106,18 @@ impl LineRef {
             wake: std::sync::atomic::AtomicBool::new(true),
             local: self.local.clone(),
         }
+    }
+}
+
+impl std::fmt::Debug for Held {
+    // The value starts with the secret token: only its fingerprint and the label are shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (token, label) = crate::base::owner::split(&self.value);
+        f.debug_struct("Held")
+            .field("keys", &self.keys)
+            .field("fingerprint", &crate::base::owner::fingerprint(token))
+            .field("label", &label)
+            .finish_non_exhaustive()
     }
 }
 
