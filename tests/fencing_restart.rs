@@ -60,7 +60,8 @@ async fn schedule(nodes: &mut LocalNodes, redlock: &Redlock, seed: u64) -> usize
 }
 
 /// The schedule: at least [`GOAL`] of [`ACQUIRES`] acquires get the lock. Before, a release
-/// lost with a killed node left its key there (see the module docs): 79 to 120 of 120.
+/// lost with a killed node left its key there (see the module docs), and each such key cost
+/// the acquires of the next few seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarts_and_freezes_leave_no_key_behind() {
     trace();
