@@ -35,7 +35,8 @@ impl Node {
     /// every key's TTL if all still hold its token, never re-create a key), with one script call
     /// per TTL among the locks (usually one) on a single server, and one per TTL and hash slot
     /// on a cluster node (a cluster script stays in one slot; a lock whose keys span slots is
-    /// granted only if every slot granted). Returns one vote per lock, in batch order; a call
+    /// granted only if every slot granted). Where this user may not run scripts: one pipeline
+    /// of `SET ... IFEQ` (see `native`). Returns one vote per lock, in batch order; a call
     /// that failed (a timeout, a reset connection) fails every lock it carried, and one lock's
     /// bad key (WRONGTYPE) fails that lock alone.
     ///
