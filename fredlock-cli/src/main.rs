@@ -126,8 +126,8 @@ struct RunArgs {
     #[arg(long)]
     no_wait: bool,
     /// Keep the lock at least this long after acquiring it, even when CMD finishes sooner
-    /// (cron de-duplication: replicas firing the same job a little later find it held). A
-    /// shorter --ttl is raised to it.
+    /// (cron de-duplication: replicas firing the same job a little later find it held). At
+    /// most --ttl (a longer one is refused with exit 64: give --ttl at least this long).
     #[arg(long, value_parser = duration::parse, value_name = "DURATION")]
     hold_at_least: Option<Duration>,
     /// Exit code when the lock is held by someone else.
@@ -255,6 +255,17 @@ async fn cmd_run(common: &Common, args: RunArgs) -> i32 {
     } else {
         args.wait.unwrap_or(Duration::MAX)
     };
+    if let Some(at_least) = args.hold_at_least.filter(|&a| a > args.lock.ttl) {
+        // As the library's InvalidInput::HoldLongerThanTtl: the TTL is never raised behind the
+        // user's back (it is also how long a crashed fredlock keeps everyone else out).
+        eprintln!(
+            "fredlock: --hold-at-least {} is longer than --ttl {}: the lock would expire with its TTL, before the minimum; give --ttl {} or more",
+            duration::show(at_least),
+            duration::show(args.lock.ttl),
+            duration::show(at_least)
+        );
+        return exit::USAGE;
+    }
     let redlock = match connect(common, args.lock.label.as_deref()).await {
         Ok(redlock) => redlock,
         Err(code) => return code,

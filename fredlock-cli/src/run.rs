@@ -56,11 +56,10 @@ pub async fn run(redlock: &Redlock, o: RunOptions) -> i32 {
 /// exit code (a signal, no quorum for `--no-quorum-timeout`, held by someone else, an error).
 async fn acquire(redlock: &Redlock, o: &RunOptions, signals: &mut Signals) -> Result<Lock, i32> {
     let mut options = AcquireOptions::new().wait(o.wait);
-    let mut ttl = o.ttl;
+    let ttl = o.ttl;
     if let Some(at_least) = o.hold_at_least {
+        // At most the TTL (checked with the arguments; the acquire refuses it too).
         options = options.hold_at_least(at_least);
-        // The minimum never outlasts the TTL: a shorter TTL is raised to it.
-        ttl = ttl.max(at_least);
     }
     let terminal = std::io::stderr().is_terminal();
     nodes::warn_at_start(redlock, &o.name).await;

@@ -259,6 +259,18 @@ pub enum InvalidInput {
     /// monotonic clock.
     #[error("TTL {0:?} is too large (Redis takes at most 2^63-1 ms; a lock that long is never released by expiry)")]
     TtlTooLarge(Duration),
+    /// A minimum hold ([`AcquireOptions::hold_at_least`](crate::AcquireOptions::hold_at_least))
+    /// longer than the lock's TTL. The keys expire with the TTL, so the minimum could not be
+    /// kept; it is refused rather than silently cut to the TTL, and the TTL is never raised
+    /// behind the caller's back (the TTL is also how long a crashed holder keeps others out).
+    /// Pass a TTL of at least the minimum.
+    #[error("hold_at_least {hold_at_least:?} is longer than the TTL {ttl:?}: the keys would expire with the TTL, before the minimum; give a TTL of at least {hold_at_least:?}")]
+    HoldLongerThanTtl {
+        /// The minimum hold asked for.
+        hold_at_least: Duration,
+        /// The TTL asked for.
+        ttl: Duration,
+    },
     /// A TTL so short that the clock-drift allowance leaves no validity at all.
     #[error("TTL {ttl:?} leaves no validity after the drift allowance {drift:?}")]
     TtlTooShort {
