@@ -5,6 +5,7 @@ use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use fredlock::{AcquireOptions, Error, KeepAlive, Lock, Redlock, Verdict};
+use tokio::time::Instant;
 
 use crate::child::{self, Child, Signals};
 use crate::duration::show;
@@ -20,8 +21,10 @@ pub struct RunOptions {
     /// Keep the lock at least this long from its acquisition, whenever CMD exits.
     pub hold_at_least: Option<Duration>,
     pub kill_after: Duration,
-    /// Exit 69 when no quorum answered for this long while waiting.
+    /// Exit 69 when no quorum answered for this long while waiting (the connect wait included).
     pub no_quorum: Duration,
+    /// When fredlock began to connect (the `--no-quorum-timeout` clock starts there).
+    pub connecting_since: Instant,
     pub conflict: i32,
     pub cmd: Vec<OsString>,
 }
@@ -73,7 +76,7 @@ async fn acquire(redlock: &Redlock, o: &RunOptions, signals: &mut Signals) -> Re
                 return Err(128 + sig);
             }
             // Waiting is for the lock, not for nodes that are down.
-            why = nodes::no_quorum_for(redlock, &o.name, o.no_quorum), if !o.wait.is_zero() => {
+            why = nodes::no_quorum_for(redlock, &o.name, o.no_quorum, Some(o.connecting_since)), if !o.wait.is_zero() => {
                 clear_line(terminal);
                 eprintln!("fredlock: {:?}: {why}", o.name);
                 return Err(exit::UNAVAILABLE);
