@@ -50,6 +50,43 @@ async fn every_term_has_a_growing_number_and_anyone_can_read_the_leader() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_see_the_leaders_owner_label() {
+    let (nodes, candidate) = common::local_with(3, |b| b.retry(RETRY).owner_label("sched-a")).await;
+    // A reader with a label of its own: what it shows is the leader's, not its own.
+    let reader = common::build(nodes.urls(), |b| b.owner_label("reader")).await;
+    let resource = common::unique("label");
+    let observer = reader.observe(&resource).await.expect("observe");
+    let mut rx = observer.watch();
+    let election = candidate
+        .elect(resource.as_str(), Duration::from_secs(30))
+        .expect("elect");
+    let term = election.leader().await;
+    let leader = reader
+        .leader_of(&resource)
+        .await
+        .expect("read")
+        .expect("a leader");
+    assert_eq!(leader.term, term.number());
+    assert_eq!(leader.label.as_deref(), Some("sched-a"));
+    // The observer shows the same leader, label included.
+    let seen = tokio::time::timeout(
+        Duration::from_secs(10),
+        rx.wait_for(|l| l.as_ref().is_some_and(|l| l.term == term.number())),
+    )
+    .await
+    .expect("the observer shows the term within 10 s")
+    .expect("observing")
+    .clone();
+    assert_eq!(seen.and_then(|l| l.label).as_deref(), Some("sched-a"));
+    // And inspect agrees: the same label on the lock key.
+    let held = reader.inspect(&resource).await.expect("inspect");
+    let holder = held.holder().expect("held");
+    assert_eq!(holder.label.as_deref(), Some("sched-a"));
+    election.resign().await;
+    observer.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn term_numbers_grow_without_fencing_turned_on_and_with_it() {
     for fencing in [false, true] {
         let (_nodes, redlock) =

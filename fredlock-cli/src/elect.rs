@@ -168,7 +168,7 @@ pub async fn inspect_election(redlock: &Redlock, name: &str) -> (Option<String>,
                 l.term,
                 show(l.remaining())
             )),
-            json!({"value": l.value, "term": l.term}),
+            json!({"value": l.value, "term": l.term, "label": l.label}),
         ),
         Ok(None) => (None, Value::Null),
         Err(e) => (Some(format!("election: unknown ({e})")), Value::Null),

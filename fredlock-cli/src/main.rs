@@ -81,7 +81,8 @@ enum Command {
     /// FREDLOCK_LEADER_VALUE.
     Leader(LeaderArgs),
     /// Print who leads the election NAME as one JSON line, then one more on every change,
-    /// until interrupted: {"leader": {"value": ..., "term": ...}} or {"leader": null}.
+    /// until interrupted: {"leader": {"value": ..., "term": ..., "label": ..., "ttl_ms": ...}}
+    /// (label: the leader's owner label, as `leader --label` set it) or {"leader": null}.
     Observe(ObserveArgs),
     /// Show who holds NAME on each node: owner label, token fingerprint, TTL left, verdict.
     Inspect(InspectArgs),
@@ -104,7 +105,8 @@ struct LockArgs {
     /// Lock TTL; the lock is extended while CMD runs (e.g. 30s, 1m30s, 500ms).
     #[arg(long, default_value = "30s", value_parser = duration::parse)]
     ttl: Duration,
-    /// Owner label stored with the lock, shown by `inspect` (default: host:pid).
+    /// Owner label stored with the lock, shown by `inspect` (and for `leader`, by `observe`)
+    /// (default: host:pid).
     #[arg(long, env = "FREDLOCK_LABEL")]
     label: Option<String>,
     /// After SIGTERM, how long CMD has to exit before SIGKILL.

@@ -15,7 +15,7 @@ use fred::prelude::Value;
 use crate::base::error::Vote;
 use crate::base::reply;
 use crate::nodes::batch::Held;
-use crate::nodes::node::{all, Backend, Node};
+use crate::nodes::node::{all, Node};
 
 /// One lock's share of a batched extension (see [`Node::extend_many`]): its keys and token, and
 /// the TTL to set.
@@ -111,8 +111,9 @@ impl Node {
         batch: &[Extension],
         timeout: Duration,
     ) -> Option<Vec<Vote>> {
-        let Backend::Server(client) = &self.backend else {
-            return None;
+        let client = match self.ordered_client(timeout).await? {
+            Ok(client) => client,
+            Err(e) => return Some(batch.iter().map(|_| Vote::Failed(e.clone())).collect()),
         };
         let items = batch
             .iter()

@@ -21,12 +21,15 @@ use crate::rounds::lock::AcquireOptions;
 use crate::rounds::redlock::Redlock;
 
 /// One term of leadership.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// `Debug` shows the term number, the campaign value, the token's
+/// [`fingerprint`](Term::fingerprint) and the validity left, never the token.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Term {
     /// When this participant became leader (the acquire's start: validity counts from here).
     pub since: Instant,
-    /// The lock token of this term.
-    pub token: String,
+    /// The lock token of this term: a secret (see [`token`](Term::token)).
+    pub(crate) token: String,
     /// When leadership must stop being exercised: the lock's current deadline less the lost
     /// signal's 2 ms margin. Moves forward with every extension.
     pub valid_until: Instant,
@@ -35,6 +38,21 @@ pub struct Term {
     pub value: String,
     /// The term number (see [`fencing_token`](Term::fencing_token)).
     number: u64,
+}
+
+impl std::fmt::Debug for Term {
+    // The token is a secret (whoever knows it can release the leader's lock): its fingerprint.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Term")
+            .field("number", &self.number)
+            .field("value", &self.value)
+            .field("fingerprint", &self.fingerprint())
+            .field(
+                "remaining",
+                &self.valid_until.saturating_duration_since(Instant::now()),
+            )
+            .finish_non_exhaustive()
+    }
 }
 
 impl Term {
@@ -50,6 +68,22 @@ impl Term {
     /// The term number (the same as [`fencing_token`](Term::fencing_token)).
     pub fn number(&self) -> u64 {
         self.number
+    }
+
+    /// The secret token of the term's lock (as [`Lock::token`](crate::Lock::token)): whoever
+    /// knows it can release or extend the leader's lock, so keep it out of logs and messages
+    /// (show [`fingerprint`](Self::fingerprint) instead). Fencing needs the term number, not
+    /// this; it is for scripts of your own that check, on a node, that this term still holds
+    /// the lock key (the key holds the token, then [`SEPARATOR`](crate::SEPARATOR) and the label).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The token's public fingerprint (see [`Lock::fingerprint`](crate::Lock::fingerprint)):
+    /// what [`Redlock::inspect`] shows for the leader's lock, and what the
+    /// leader logs when it takes office.
+    pub fn fingerprint(&self) -> String {
+        crate::base::owner::fingerprint(&self.token)
     }
 }
 

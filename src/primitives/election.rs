@@ -70,13 +70,25 @@ pub const MAX_VALUE_LEN: usize = 64 * 1024;
 /// `role().is_leader() == true` at any instant (under Redlock's assumptions; a participant that
 /// pauses longer than the TTL between checking and acting is the case only fencing covers:
 /// every term carries a fencing token, [`Term::fencing_token`]).
-#[derive(Debug)]
+///
+/// `Debug` shows the resource, the priority and the current [`Role`] (whose [`Term`] shows the
+/// token's fingerprint, never the token).
 pub struct Election {
     role: watch::Receiver<Role>,
     failure: watch::Receiver<Option<Error>>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Election {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Election")
+            .field("resource", &self.shared.resource)
+            .field("priority", &self.shared.priority)
+            .field("role", &*self.role.borrow())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Redlock {

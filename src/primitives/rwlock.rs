@@ -58,10 +58,19 @@ pub struct ReadGuard {
 /// The write lock of a [`RwLock`]: a quorum lock on its writer key. Extend, release and keep it
 /// alive exactly like a [`Lock`]; dropping it releases it in the background.
 #[must_use = "dropping a WriteGuard releases it at once"]
-#[derive(Debug)]
 pub struct WriteGuard {
     lock: Lock,
     rw: RwLock,
+}
+
+impl std::fmt::Debug for WriteGuard {
+    // The lock (which never shows its token), not the Redlock behind it again.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteGuard")
+            .field("rwlock", &self.rw.name)
+            .field("lock", &self.lock)
+            .finish()
+    }
 }
 
 impl Redlock {

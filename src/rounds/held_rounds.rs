@@ -79,8 +79,10 @@ impl Inner {
 
     /// The release of a lock held for at least a minimum, before that minimum: every node lowers
     /// our keys' TTL to `ttl_ms` (never raising it) instead of deleting them, so they expire when
-    /// the minimum ends. Decided as soon as a quorum's answer is known; a node that missed it
-    /// keeps the keys until their TTL, which only holds the lock longer.
+    /// the minimum ends. Decided as soon as a quorum's answer is known; a late node still gets
+    /// its shortening (the node layer finishes a script's `NOSCRIPT` resend, and orders it
+    /// behind the lock's `SET`); a node that missed it keeps the keys until their TTL, which
+    /// only holds the lock longer.
     pub(crate) async fn shorten_all(&self, held: &Arc<Held>, ttl_ms: u64) -> Votes {
         let timeout = self.release_timeout();
         let calls = self

@@ -24,8 +24,10 @@ use crate::rounds::redlock::{spawn_release, Redlock, Resources, Retry};
 /// Dropping a `Lock` without [`release`](Lock::release) releases it in a background task (and
 /// says so in a `tracing` debug event); if no tokio runtime is running, the keys expire with their
 /// TTL. Prefer `release().await`, which also tells you whether you still held it.
+///
+/// `Debug` shows the resources, the label, the token's [`fingerprint`](Lock::fingerprint) and
+/// the validity left, never the token.
 #[must_use = "dropping a Lock releases it at once"]
-#[derive(Debug)]
 pub struct Lock {
     redlock: Redlock,
     /// Keys, token and resource names (shared with every per-node command of this lock).
@@ -57,6 +59,20 @@ pub struct ReleaseReport {
     /// expire `left` after the release was sent (the rest of the minimum; where `votes` says
     /// `Granted`, their TTL was lowered to it), and other acquires are refused until then.
     pub left_to_expire: Option<Duration>,
+}
+
+impl std::fmt::Debug for Lock {
+    // The token is a secret (whoever knows it can release the lock): its fingerprint only.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("resources", &self.held.resources)
+            .field("label", &self.label())
+            .field("fingerprint", &self.fingerprint())
+            .field("fencing_tokens", &self.fencing)
+            .field("ttl", &self.ttl)
+            .field("remaining", &self.remaining())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Lock {

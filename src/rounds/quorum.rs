@@ -243,15 +243,20 @@ impl<G: Future + Send + 'static> Drop for Finishing<G> {
 }
 
 /// What [`fan_out`] does with commands still running when the outcome is known.
+///
+/// Only fred's per-command timeout depends on it: what a late command still NEEDS (a script's
+/// `EVAL` resend after `NOSCRIPT`, a release's answer) is finished by the node layer whatever
+/// the round chose (see `Node::eval_with`), so a round cannot lose a late write by choosing
+/// `Drop`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Late {
     /// Drive them to completion in a background task, so that fred's timeout stays in charge:
     /// a SET that times out before it is written is then skipped, never written after a
     /// reconnect; an EVALSHA answered NOSCRIPT is resent. For acquire and extend.
     Finish,
-    /// Drop them: the commands already handed to fred still run, in order, and a late answer
-    /// needs no follow-up (a late release or read changes nothing). For release and inspect:
-    /// saves a task spawn per round.
+    /// Drop them: the commands already handed to fred still run, in order, and what a late
+    /// answer needs is done by the node (see above). For release, shortening, the fencing
+    /// write-back and reads: saves a task spawn per round.
     Drop,
 }
 
