@@ -1,13 +1,13 @@
-//! Hold at least: a release before the minimum leaves the keys to expire when it ends (never
-//! later than their TTL), a release after it deletes them. Each test fails on a plain release,
-//! which deletes the keys at once.
+//! Hold at least: a release before the minimum leaves the keys to expire when it ends, a
+//! release after it deletes them, and a minimum longer than the TTL is refused. Each test fails
+//! on a plain release, which deletes the keys at once.
 
 mod common;
 
 use std::time::Duration;
 
 use common::*;
-use fredlock::{AcquireOptions, WithLock};
+use fredlock::{AcquireOptions, Error, InvalidInput, WithLock};
 use tokio::time::Instant;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -24,9 +24,13 @@ async fn an_early_release_keeps_others_out_until_the_minimum() {
         .expect("acquire");
     assert_eq!(lock.hold_at_least(), Some(3 * SECOND));
     let minimum_ends = lock.acquired_at() + 3 * SECOND;
-    lock.release()
+    let report = lock
+        .release()
         .await
         .expect("an early release still reports the lock as ours");
+    // The report says the keys were left to expire, and for how long (the rest of the minimum).
+    let left = report.left_to_expire.expect("left to expire, not deleted");
+    assert!(left > Duration::ZERO && left <= 3 * SECOND, "{left:?}");
     // Still held on every node, its TTL shortened to the minimum (from 60 s).
     for i in 0..3 {
         let left = pttl(&env.redlock, i, &key).await;
@@ -62,25 +66,63 @@ async fn a_release_after_the_minimum_deletes_at_once() {
         .expect("acquire");
     // The minimum itself is what is tested: wait for it to pass.
     tokio::time::sleep_until(lock.acquired_at() + Duration::from_millis(60)).await;
-    lock.release().await.expect("release");
+    let report = lock.release().await.expect("release");
+    assert_eq!(report.left_to_expire, None, "deleted, not left to expire");
     assert_eq!(values(&env.redlock, &key).await, vec![None, None, None]);
 }
 
+/// A minimum longer than the TTL could not be kept (the keys expire with the TTL): it is
+/// refused before anything is sent, rather than cut to the TTL or lengthening it; a minimum of
+/// exactly the TTL is kept; zero is no minimum.
 #[tokio::test]
-async fn the_minimum_never_lengthens_the_ttl() {
+async fn a_minimum_longer_than_the_ttl_is_refused() {
     let env = env(3).await;
     let (r, key) = resource(&env.redlock, "hold-long");
-    let options = AcquireOptions::new().hold_at_least(Duration::MAX);
+    for at_least in [60 * SECOND, Duration::MAX] {
+        let options = AcquireOptions::new().hold_at_least(at_least);
+        match env
+            .redlock
+            .acquire_using(r.as_str(), 10 * SECOND, &options)
+            .await
+        {
+            Err(Error::InvalidInput(InvalidInput::HoldLongerThanTtl { hold_at_least, ttl })) => {
+                assert_eq!((hold_at_least, ttl), (at_least, 10 * SECOND));
+            }
+            other => panic!("{at_least:?} with a 10 s TTL: {other:?}"),
+        }
+        assert_eq!(values(&env.redlock, &key).await, vec![None, None, None]);
+    }
+    let refused = env
+        .redlock
+        .with_lock_using(
+            r.as_str(),
+            10 * SECOND,
+            WithLock::default().hold_at_least(60 * SECOND),
+            |_| async { 7 },
+        )
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::InvalidInput(InvalidInput::HoldLongerThanTtl { .. }))
+        ),
+        "{refused:?}"
+    );
+
+    // Exactly the TTL: accepted, and an early release leaves the keys to expire.
+    let equal = AcquireOptions::new().hold_at_least(2 * SECOND);
     let lock = env
         .redlock
-        .acquire_using(r.as_str(), 2 * SECOND, &options)
+        .acquire_using(r.as_str(), 2 * SECOND, &equal)
         .await
-        .expect("acquire");
-    lock.release().await.expect("release");
+        .expect("a minimum of the TTL itself");
+    let report = lock.release().await.expect("release");
+    assert!(report.left_to_expire.is_some(), "{report:?}");
     for i in 0..3 {
         let left = pttl(&env.redlock, i, &key).await;
         assert!(left > 0 && left <= 2_000, "node {i}: PTTL {left}");
     }
+
     // Zero is no minimum.
     let (r2, key2) = resource(&env.redlock, "hold-zero");
     let zero = AcquireOptions::new().hold_at_least(Duration::ZERO);
@@ -90,7 +132,8 @@ async fn the_minimum_never_lengthens_the_ttl() {
         .await
         .expect("acquire");
     assert_eq!(lock.hold_at_least(), None);
-    lock.release().await.expect("release");
+    let report = lock.release().await.expect("release");
+    assert_eq!(report.left_to_expire, None);
     assert_eq!(values(&env.redlock, &key2).await, vec![None, None, None]);
 }
 
