@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use fredlock::{ElectOptions, Error, InvalidInput, Retry, MAX_VALUE_LEN};
+use fredlock::{ElectOptions, Election, Error, InvalidInput, Retry, Role, Term, MAX_VALUE_LEN};
 use fredlock_testkit::{Fault, LocalNodes};
 use tokio::time::Instant;
 
@@ -253,6 +253,63 @@ async fn the_health_check_fails_when_renewals_stop() {
         p.set(Fault::Pass);
     }
     election.resign().await;
+}
+
+/// The next term of `election` numbered above `after` (fails the test after 10 s).
+async fn term_after(election: &Election, after: u64) -> Term {
+    let mut role = election.watch();
+    let next = async {
+        loop {
+            if let Some(t) = role
+                .borrow_and_update()
+                .term()
+                .filter(|t| t.number() > after)
+            {
+                return t.clone();
+            }
+            role.changed().await.expect("the campaign runs");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), next)
+        .await
+        .expect("a new term within 10 s")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn role_changes_show_every_term_in_order_where_the_watch_shows_the_latest() {
+    let (_nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
+    let resource = common::unique("changes");
+    let election = redlock
+        .elect(resource.as_str(), Duration::from_secs(1))
+        .expect("elect");
+    let mut changes = election.role_changes();
+    let watch = election.watch();
+    // Three terms: the lock is broken twice; each time the keep-alive's next extension finds it
+    // gone, the participant steps down and campaigns again.
+    let mut held = vec![election.leader().await.number()];
+    for _ in 0..2 {
+        redlock.force_release(&resource).await.expect("break");
+        let last = held[held.len() - 1];
+        held.push(term_after(&election, last).await.number());
+    }
+    election.resign().await;
+    // The watch, not looked at meanwhile, shows only the latest role.
+    assert_eq!(*watch.borrow(), Role::Follower);
+    // The changes: the current role first, then every value, in order, until the campaign
+    // ended: each term (its extensions are the same term again), a step down after each.
+    let mut seen: Vec<Option<u64>> = Vec::new();
+    while let Some(role) = changes.recv().await {
+        let now = role.term().map(Term::number);
+        if seen.last() != Some(&now) {
+            seen.push(now);
+        }
+    }
+    // (The first term is normally won after the call, but it may already stand.)
+    if seen.first() == Some(&None) {
+        seen.remove(0);
+    }
+    let expected: Vec<Option<u64>> = held.iter().flat_map(|&n| [Some(n), None]).collect();
+    assert_eq!(seen, expected, "terms held: {held:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
