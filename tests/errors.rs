@@ -202,6 +202,11 @@ async fn url_mistakes_get_clean_messages() {
         ("http://127.0.0.1:6379", "unsupported scheme http://"),
         ("redis://u:o@127.0.0.1:notaport", "invalid port"),
         ("redis://u:hunter2@127.0.0.1:notaport", "invalid port"),
+        (
+            "redis://u:hunter2@127.0.0.1:7701/abc",
+            "the path \"/abc\" is read as the database number",
+        ),
+        ("redis://127.0.0.1:7701/0/1", "database number"),
     ];
     for (url, words) in cases {
         let err = Redlock::builder()

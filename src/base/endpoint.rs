@@ -60,11 +60,27 @@ pub(crate) fn check(index: usize, raw: &str) -> Result<(), InvalidInput> {
         }
         Some(_) => {}
     }
-    if let Err(e) = url::Url::parse(trimmed) {
+    let url = match url::Url::parse(trimmed) {
+        Ok(url) => url,
         // url's messages ("invalid port number", "empty host") never repeat the input.
-        return Err(invalid(e.to_string()));
+        Err(e) => return Err(invalid(e.to_string())),
+    };
+    database(&url).map_err(invalid)
+}
+
+/// The path of a single server's or a sentinel's URL is its database number (fred reads it as
+/// one, and says only "Invalid integer string." otherwise). A cluster's path is not read.
+fn database(url: &url::Url) -> Result<(), String> {
+    let clustered = url.scheme().ends_with("-cluster");
+    let path = url.path();
+    let number = path.strip_prefix('/').unwrap_or(path);
+    if clustered || number.is_empty() || number.parse::<u8>().is_ok() {
+        return Ok(());
     }
-    Ok(())
+    Err(format!(
+        "the path {path:?} is read as the database number: give a number from 0 to 255 (for \
+         example redis://host:6379/0), or no path for database 0"
+    ))
 }
 
 /// `raw` with the password (and any `*password*` query value) replaced by `***`, found by the
@@ -131,6 +147,13 @@ mod tests {
             assert!(reason("rediss://127.0.0.1:6379").contains("tls"));
         }
         assert!(check(0, "redis://127.0.0.1:6379/2").is_ok());
+        assert!(check(0, "redis://127.0.0.1:6379/").is_ok());
+        for path in ["abc", "2/3", "256", "-1"] {
+            let why = reason(&format!("redis://127.0.0.1:7701/{path}"));
+            assert!(why.contains("database number"), "{path}: {why}");
+            assert!(why.contains(&format!("\"/{path}\"")), "{path}: {why}");
+        }
+        assert!(check(0, "redis-cluster://127.0.0.1:6379/x").is_ok());
         assert!(check(0, "REDIS://127.0.0.1:6379").is_ok());
         assert!(check(0, "valkey://user:pw@127.0.0.1:6379").is_ok());
     }
