@@ -54,11 +54,15 @@ pub enum NodeErrorKind {
 }
 
 impl NodeErrorKind {
-    /// Whether the node answered (with an error): it is reachable, whatever it said.
+    /// Whether the node answered (with an error): it is reachable, whatever it said. A refusal
+    /// of the credentials (`WRONGPASS`) and a reply that is not the Redis protocol are answers.
     pub fn answered(self) -> bool {
         matches!(
             self,
-            NodeErrorKind::Server | NodeErrorKind::UnexpectedReply | NodeErrorKind::Permission
+            NodeErrorKind::Server
+                | NodeErrorKind::UnexpectedReply
+                | NodeErrorKind::Permission
+                | NodeErrorKind::Auth
         )
     }
 }
@@ -499,14 +503,21 @@ fn unavailable_text(
     (nodes, quorum, reachable): (usize, usize, usize),
     votes: &Votes,
 ) -> String {
-    let errors = votes.failures().filter(|e| e.kind.answered()).count();
     match round {
-        Round::Acquire if errors == 0 => format!(
-            "lock {resources}: not enough nodes reachable: {reachable} of {nodes} answered, {quorum} needed, after {attempts} attempt(s) ({votes})"
-        ),
-        Round::Acquire => format!(
-            "lock {resources}: no quorum: {reachable} of {nodes} nodes answered, {errors} of them with an error, {quorum} grants needed, after {attempts} attempt(s) ({votes})"
-        ),
+        Round::Acquire => {
+            let errors = votes.failures().filter(|e| e.kind.answered()).count();
+            let head = if errors == 0 {
+                "not enough nodes reachable"
+            } else {
+                "no quorum"
+            };
+            format!(
+                "lock {resources}: {head}: {reachable} of {nodes} nodes answered, {quorum} {} needed ({}), after {attempts} attempt(s){}",
+                if quorum == 1 { "grant" } else { "grants" },
+                breakdown(votes, errors),
+                causes(votes)
+            )
+        }
         Round::Extend => format!(
             "lock {resources}: extension not confirmed: {}; {quorum} needed (the lock stays valid until its current deadline: retry, or stop the work by then)",
             tally(votes, "extended", "our token gone")
@@ -516,6 +527,41 @@ fn unavailable_text(
             tally(votes, "deleted", "our token gone")
         ),
     }
+}
+
+/// Each node counted once: `0 granted, 0 refused, 1 answered with an error, 1 did not
+/// answer, 1 not waited for` (the last three only when not zero). The nodes that answered are
+/// the granted, the refused and the `errors` that answered with an error.
+fn breakdown(votes: &Votes, errors: usize) -> String {
+    let mut parts = vec![
+        format!("{} granted", votes.granted()),
+        format!("{} refused", votes.refused()),
+    ];
+    let silent = votes.failed() - errors;
+    let pending = votes
+        .0
+        .iter()
+        .filter(|v| matches!(v, Vote::Pending))
+        .count();
+    for (n, what) in [
+        (errors, "answered with an error"),
+        (silent, "did not answer"),
+        (pending, "not waited for"),
+    ] {
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    }
+    parts.join(", ")
+}
+
+/// `: node: kind: cause; node: kind: cause` for the failed nodes; empty without one.
+fn causes(votes: &Votes) -> String {
+    let failed: Vec<String> = votes.failures().map(ToString::to_string).collect();
+    if failed.is_empty() {
+        return String::new();
+    }
+    format!(": {}", failed.join("; "))
 }
 
 /// ` (our token on 0 of 3 nodes, gone on 3)` for a lock that is no longer held; empty when
@@ -634,3 +680,63 @@ impl fmt::Display for NotHeldReason {
 
 /// `Result` with fredlock's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(node: &str, kind: NodeErrorKind, message: &str) -> Vote {
+        Vote::Failed(NodeError {
+            node: node.into(),
+            kind,
+            message: message.into(),
+        })
+    }
+
+    /// Every node is counted once, and the nodes said to have answered are the ones in the
+    /// breakdown that did. Before: "1 of 3 nodes answered, 1 of them with an error ... (0
+    /// granted, 0 refused, 2 failed, 1 pending)".
+    #[test]
+    fn a_failed_acquire_counts_each_node_once() {
+        let votes = Votes(vec![
+            failed("a:1/0", NodeErrorKind::UnexpectedReply, "not Redis"),
+            failed("b:1/0", NodeErrorKind::Timeout, "no answer"),
+            Vote::Pending,
+        ]);
+        let e = Error::Unavailable {
+            round: Round::Acquire,
+            resources: Names(vec!["orders:42".into()]),
+            attempts: 1,
+            nodes: 3,
+            quorum: 2,
+            reachable: votes.answered(),
+            votes,
+        };
+        assert_eq!(
+            e.to_string(),
+            "lock orders:42: no quorum: 1 of 3 nodes answered, 2 grants needed (0 granted, 0 \
+             refused, 1 answered with an error, 1 did not answer, 1 not waited for), after 1 \
+             attempt(s): a:1/0: unexpected reply: not Redis; b:1/0: timeout: no answer"
+        );
+        let votes = Votes(vec![
+            Vote::Granted,
+            failed("b:1/0", NodeErrorKind::Connection, "refused"),
+            failed("c:1/0", NodeErrorKind::Connection, "refused"),
+        ]);
+        let e = Error::Unavailable {
+            round: Round::Acquire,
+            resources: Names(vec!["orders:42".into()]),
+            attempts: 2,
+            nodes: 3,
+            quorum: 2,
+            reachable: votes.answered(),
+            votes,
+        };
+        assert_eq!(
+            e.to_string(),
+            "lock orders:42: not enough nodes reachable: 1 of 3 nodes answered, 2 grants needed \
+             (1 granted, 0 refused, 2 did not answer), after 2 attempt(s): b:1/0: connection: \
+             refused; c:1/0: connection: refused"
+        );
+    }
+}
