@@ -45,7 +45,7 @@
 //! | folder | what it owns | modules, bottom to top |
 //! |---|---|---|
 //! | `base/` | values, decoders, scripts; no I/O | [`error`], `metrics`, `endpoint`, `scripts`, `sem_rw_scripts`, `reply`, `slots`, `line`, `owner` |
-//! | `nodes/` | one node: connections, cluster shards, batching, the subscriber | `caps`, `connection`, `cluster`, `topology`, `native`, `batch`, `node`, `node_gate`, `node_lock`, `node_extend_many`, `node_primitives`, `node_ops`, `subscriber` |
+//! | `nodes/` | one node: connections, cluster shards, batching, the subscriber | `caps`, `connection`, `node_status`, `cluster`, `topology`, `native`, `batch`, `node`, `node_gate`, `node_lock`, `node_extend_many`, `node_primitives`, `node_ops`, `subscriber` |
 //! | `rounds/` | the quorum rounds and the acquire loop | `quorum`, `background`, `redlock`, `held_rounds`, `attempt`, `acquire_loop`, `lock` |
 //! | `ops/` | what an operator does to locks it does not hold | `inspect`, `force` |
 //! | `hold/` | holding a lock while work runs | `pacing`, `status`, `renewal`, `keepalive`, `with_lock` |
@@ -75,6 +75,7 @@ pub use base::owner::{MAX_LABEL_LEN, MAX_TOKEN_LEN, SEPARATOR};
 pub use config::{Builder, Retry};
 pub use hold::keepalive::{KeepAlive, KeepAliveOptions, LockHandle, Rejected};
 pub use hold::with_lock::{OnLost, WithLock};
+pub use nodes::node_status::NodeStatus;
 pub use ops::inspect::{
     Holder, Inspection, NodeView, RwInspection, RwNodeState, RwNodeView, Verdict,
 };

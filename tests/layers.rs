@@ -30,6 +30,7 @@ const FOLDERS: &[(&str, &[&str])] = &[
         &[
             "caps",
             "connection",
+            "node_status",
             "cluster",
             "topology",
             "native",
@@ -93,7 +94,7 @@ const LAYERS: &[&[&str]] = &[
         "line",
         "owner",
     ],
-    &["topology"],
+    &["topology", "node_status"],
     &["cluster", "native"],
     &["batch"],
     &["node", "quorum"],

@@ -89,8 +89,9 @@ pub(crate) struct State {
     pub(crate) name: String,
     pub(crate) link: watch::Sender<Link>,
     pub(crate) identity: watch::Sender<Identity>,
-    /// The latest connection failure, cleared on (re)connect.
-    cause: Mutex<Option<(NodeErrorKind, String)>>,
+    /// The latest connection failure, cleared on (re)connect (a watch: `status` waits for a
+    /// node's first attempt to end).
+    cause: watch::Sender<Option<(NodeErrorKind, String)>>,
     /// Whether this node's votes counted when last looked at (`None`: not yet looked at), or
     /// the kind of failure that kept them from counting: a change is logged and counted once.
     usable: Mutex<Option<Result<(), NodeErrorKind>>>,
@@ -109,7 +110,7 @@ impl State {
             name,
             link: watch::Sender::new(Link::Connecting),
             identity: watch::Sender::new(Identity::Unknown),
-            cause: Mutex::new(None),
+            cause: watch::Sender::new(None),
             usable: Mutex::new(None),
             closed: watch::Sender::new(false),
             started: Default::default(),
@@ -129,12 +130,17 @@ impl State {
     }
 
     fn set_cause(&self, cause: Option<(NodeErrorKind, String)>) {
-        *self.cause.lock().unwrap_or_else(|p| p.into_inner()) = cause;
+        self.cause.send_replace(cause);
+    }
+
+    /// Changes of [`cause`](Self::cause), to wait for a first attempt's outcome.
+    pub(crate) fn cause_changes(&self) -> watch::Receiver<Option<(NodeErrorKind, String)>> {
+        self.cause.subscribe()
     }
 
     /// The latest connection failure, if the node is not connected because of one.
     pub(crate) fn cause(&self) -> Option<NodeError> {
-        let cause = self.cause.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let cause = self.cause.borrow().clone();
         cause.map(|(kind, message)| NodeError {
             node: self.name.clone(),
             kind,
@@ -151,11 +157,22 @@ impl State {
                 kind: NodeErrorKind::Duplicate,
                 message: format!("same server as node {of} ({name}, run_id {run_id}); not counted"),
             }),
-            Identity::Unknown => Err(self.cause().unwrap_or_else(|| NodeError {
-                node: self.name.clone(),
-                kind: NodeErrorKind::Connection,
-                message: "not connected yet".into(),
-            })),
+            Identity::Unknown => Err(self.cause().unwrap_or_else(|| self.not_yet())),
+        }
+    }
+
+    /// Why a node without a known cause does not count yet: its first connection attempt has
+    /// not ended, or it connected and the server has not answered `INFO` yet.
+    fn not_yet(&self) -> NodeError {
+        let message = if *self.link.borrow() == Link::Connecting && !self.started() {
+            "not connected yet: the first connection attempt has not ended"
+        } else {
+            "not connected yet: connected, waiting for the server's INFO reply"
+        };
+        NodeError {
+            node: self.name.clone(),
+            kind: NodeErrorKind::Connection,
+            message: message.into(),
         }
     }
 
@@ -242,6 +259,11 @@ impl State {
                     ..cause
                 };
             }
+            // fred's "Connection closed unexpectedly." for a command refused while the first
+            // attempt is still under way says nothing true: say what the votes say.
+            if !self.started() {
+                return self.not_yet();
+            }
         }
         NodeError {
             node: self.name.clone(),
@@ -290,10 +312,33 @@ pub(crate) fn classify(e: &fred::error::Error) -> (NodeErrorKind, String) {
     (kind, with_hint(kind, message))
 }
 
+/// [`classify`] for a failed connection attempt, where a timeout means that nothing answered
+/// within [`CONNECT_TIMEOUT`]: fred's own words ("Request timed out.") would read like a slow
+/// command.
+fn classify_connect(e: &fred::error::Error) -> (NodeErrorKind, String) {
+    let (kind, message) = classify(e);
+    if kind != NodeErrorKind::Timeout {
+        return (kind, message);
+    }
+    let message = format!(
+        "nothing answered the connection attempt within {} s (is this port a Redis or Valkey server? \
+         is the host up, and does a firewall let the packets through?)",
+        CONNECT_TIMEOUT.as_secs()
+    );
+    (kind, message)
+}
+
+/// How long a connection attempt may take to connect, and then for the server's first answer.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The server's or the OS's words, plus what to do about the common causes.
 fn with_hint(kind: NodeErrorKind, message: String) -> String {
     let hint = match kind {
         NodeErrorKind::Auth => "check the user name and password in this node's URL",
+        // A reply that is not RESP at all (an HTTP or SSH server, say): fred's decoder fails.
+        NodeErrorKind::UnexpectedReply if message.contains("Decode Error") => {
+            "the reply is not the Redis protocol: is this port a Redis or Valkey server?"
+        }
         _ if message.contains("Connection refused") => {
             "is the server running and listening on this address?"
         }
@@ -384,8 +429,8 @@ pub(crate) fn builder(mut config: fred::prelude::Config, buffer: usize) -> fred:
             0, 50, 2_000, 2,
         ))
         .with_connection_config(|c| {
-            c.connection_timeout = Duration::from_secs(2);
-            c.internal_command_timeout = Duration::from_secs(2);
+            c.connection_timeout = CONNECT_TIMEOUT;
+            c.internal_command_timeout = CONNECT_TIMEOUT;
             c.max_command_attempts = 1;
             c.max_command_buffer_len = buffer;
             c.tcp.nodelay = Some(true);
@@ -420,7 +465,7 @@ async fn run(client: Client, state: Arc<State>) {
             match client.init().await {
                 Ok(task) => break Some(task),
                 Err(e) => {
-                    state.set_cause(Some(classify(&e)));
+                    state.set_cause(Some(classify_connect(&e)));
                     state.link.send_replace(Link::Down);
                     state.observe();
                     tokio::time::sleep(backoff).await;

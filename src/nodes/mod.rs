@@ -1,6 +1,7 @@
 //! One node: its connections and what is sent to it.
 //!
-//! A node's connect loop and the server it found (`connection`), what that server lets this client
+//! A node's connect loop and the server it found (`connection`), what a caller can read of it
+//! without asking it (`node_status`), what that server lets this client
 //! do without Lua (`caps`), the native compare-and-delete commands (`native`), a node that is a Redis
 //! Cluster (`cluster`) and what its replies say (`topology`: the slot table, redirects), the single server's batched hot path (`batch`), a node's client, options and
 //! how it sends a command (`node`), and the commands themselves: a wait line's gate (`node_gate`),
@@ -21,5 +22,6 @@ pub(crate) mod node_gate;
 pub(crate) mod node_lock;
 pub(crate) mod node_ops;
 pub(crate) mod node_primitives;
+pub(crate) mod node_status;
 pub(crate) mod subscriber;
 pub(crate) mod topology;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::base::error::{Error, InvalidInput, Names, NotHeldReason, Result, Round, Votes};
 use crate::base::line::Line;
 use crate::nodes::node::{Held, Node};
+use crate::nodes::node_status::NodeStatus;
 use crate::nodes::subscriber::Subscribers;
 pub(crate) use crate::rounds::background::spawn_release;
 use crate::rounds::background::Background;
@@ -246,6 +247,51 @@ impl Redlock {
     /// The configured nodes as `host:port/db` (no credentials), in configuration order.
     pub fn node_names(&self) -> Vec<String> {
         self.inner.nodes.iter().map(|n| n.name.clone()).collect()
+    }
+
+    /// Each configured node's status now, in configuration order: whether a server answers
+    /// there, whether its votes count, and if not why (the server's or the OS's own words:
+    /// `WRONGPASS ...`, `Connection refused`, a reply that is not the Redis protocol). See
+    /// [`NodeStatus`] for every state.
+    ///
+    /// `build()` succeeds, and so do acquires, while a quorum of nodes is usable: a fleet that
+    /// lost its fault tolerance (a wrong password on one node of three) is otherwise only
+    /// seen in a WARN log and the `fredlock_node_usable` gauge. Nothing is sent to the nodes:
+    /// this reads what their connections know (cheap enough for a health endpoint). A node
+    /// whose first connection attempt has not ended is reported `connecting`; to wait for
+    /// those, use [`settled_node_status`](Self::settled_node_status).
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: fredlock::Redlock) {
+    /// for node in redlock.node_status() {
+    ///     if let Some(cause) = &node.cause {
+    ///         eprintln!("node {} not usable: {}: {}", node.name, cause.kind, cause.message);
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn node_status(&self) -> Vec<NodeStatus> {
+        self.inner
+            .nodes
+            .iter()
+            .map(|n| crate::nodes::node_status::status(&n.state))
+            .collect()
+    }
+
+    /// [`node_status`](Self::node_status) once every node's first connection attempt has
+    /// ended (connected, or failed with a cause), waiting at most `wait` (`Duration::MAX`: no
+    /// limit). `build()` gives the nodes beyond a quorum only a moment, and an attempt on an
+    /// address that never answers takes 2 s to fail: this is the call that reports why.
+    ///
+    /// Cancellation: dropping the future only stops the wait.
+    pub async fn settled_node_status(&self, wait: Duration) -> Vec<NodeStatus> {
+        let waits = self
+            .inner
+            .nodes
+            .iter()
+            .map(|n| crate::nodes::node_status::settled(&n.state, wait));
+        futures::future::join_all(waits).await;
+        self.node_status()
     }
 
     /// The fred client of node `index`, for commands of your own (for example reading the data
