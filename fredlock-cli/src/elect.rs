@@ -49,7 +49,7 @@ pub async fn leader(redlock: &Redlock, o: LeaderOptions) -> i32 {
         Ok(e) => e,
         Err(e) => return exit::fail(&e),
     };
-    nodes::warn_at_start(redlock, &o.name).await;
+    nodes::warn_at_start(redlock).await;
     // The connect wait counts towards the first wait for a quorum only.
     let mut connecting_since = Some(o.connecting_since);
     loop {

@@ -110,18 +110,20 @@ pub async fn health(
             r.warnings.push(Warning::new("duplicate", why.clone()));
         }
     }
-    // Which nodes answer, with the library's own account of those that do not.
-    let probe = redlock.inspect("health-probe").await;
-    let names = redlock.node_names();
+    // Which nodes are usable, with the library's own account of those that are not (waiting
+    // for a node whose first connection attempt has not ended: one that never answers fails
+    // after 2 s).
+    let status = redlock.settled_node_status(timeout).await;
     for (pos, &index) in kept.iter().enumerate() {
         let report = &mut reports[index];
-        report.node = names.get(pos).cloned().unwrap_or_default();
-        if let Ok(seen) = &probe {
-            if let Some(Err(e)) = seen.nodes.get(pos).map(|n| &n.state) {
-                report.error = Some(format!("{}: {}", e.kind, e.message));
-                report.answered = e.kind.answered();
-                continue;
-            }
+        let Some(node) = status.get(pos) else {
+            continue;
+        };
+        report.node = node.name.clone();
+        if let Some(e) = &node.cause {
+            report.error = Some(format!("{}: {}", e.kind, e.message));
+            report.answered = node.reachable;
+            continue;
         }
         match redlock.client(pos) {
             Some(client) => check_node(client, timeout, report).await,

@@ -21,40 +21,47 @@ pub fn failures(seen: &Inspection) -> Vec<&NodeError> {
         .collect()
 }
 
-fn answered(seen: &Inspection) -> usize {
-    seen.nodes.len() - failures(seen).len()
-}
-
 /// `node: kind: cause; node: kind: cause`, in the server's or the OS's own words.
 pub fn causes(failed: &[&NodeError]) -> String {
     let shown: Vec<String> = failed.iter().map(ToString::to_string).collect();
     shown.join("; ")
 }
 
-/// Says at once on stderr which nodes do not answer (down, refusing connections, refusing our
-/// credentials: NOAUTH, WRONGPASS), so that a fleet that lost its fault tolerance is not
-/// silent. Says nothing when no quorum answers: the lock call's own error, or the wait for a
-/// quorum ([`no_quorum_for`]), says that.
-pub async fn warn_at_start(redlock: &Redlock, name: &str) {
-    let Ok(seen) = redlock.inspect(name).await else {
-        return;
-    };
-    let failed = failures(&seen);
-    let n = seen.nodes.len();
-    let ok = answered(&seen);
-    if failed.is_empty() || ok < seen.quorum {
+/// How long [`warn_at_start`] waits for nodes whose first connection attempt has not ended
+/// (an address that never answers takes 2 s to fail), so that the warning says why.
+pub const SETTLE: Duration = Duration::from_secs(3);
+
+/// Says on stderr which nodes are not usable (down, refusing connections, refusing our
+/// credentials: NOAUTH, WRONGPASS, not a Redis server), with the library's account of each
+/// ([`Redlock::settled_node_status`]), so that a fleet that lost its fault tolerance is not
+/// silent. Waits up to [`SETTLE`] only for nodes still in their first connection attempt.
+/// Says nothing when no quorum is usable: the lock call's own error, or the wait for a quorum
+/// ([`no_quorum_for`]), says that.
+pub async fn warn_at_start(redlock: &Redlock) {
+    let status = redlock.settled_node_status(SETTLE).await;
+    let n = status.len();
+    let ok = status.iter().filter(|s| s.usable).count();
+    let quorum = redlock.quorum();
+    if ok == n || ok < quorum {
         return;
     }
-    for e in &failed {
-        eprintln!(
-            "fredlock: warning: node {} is not usable: {}: {}",
-            e.node, e.kind, e.message
-        );
+    for s in status.iter().filter(|s| !s.usable) {
+        let how = if s.reachable {
+            "answers but is not usable"
+        } else {
+            "is not reachable"
+        };
+        match &s.cause {
+            Some(e) => eprintln!(
+                "fredlock: warning: node {} {how}: {}: {}",
+                s.name, e.kind, e.message
+            ),
+            None => eprintln!("fredlock: warning: node {} {how}", s.name),
+        }
     }
     eprintln!(
-        "fredlock: warning: {ok} of {n} nodes usable, {} needed: {} more failure(s) and no lock can be taken",
-        seen.quorum,
-        ok + 1 - seen.quorum
+        "fredlock: warning: {ok} of {n} nodes usable, {quorum} needed: {} more failure(s) and no lock can be taken",
+        ok + 1 - quorum
     );
 }
 

@@ -65,7 +65,7 @@ async fn acquire(redlock: &Redlock, o: &RunOptions, signals: &mut Signals) -> Re
         options = options.hold_at_least(at_least);
     }
     let terminal = std::io::stderr().is_terminal();
-    nodes::warn_at_start(redlock, &o.name).await;
+    nodes::warn_at_start(redlock).await;
     let acquired = {
         let acquire = redlock.acquire_using(o.name.as_str(), ttl, &options);
         tokio::select! {

@@ -210,8 +210,9 @@ async fn break_stops_a_running_command_within_about_a_second() {
 }
 
 /// Before: a node that refused our credentials was silent: `run --no-wait` ran CMD, exit 0,
-/// nothing on stderr. Now `run` names the node and the server's words, `health` shows it, and
-/// when no quorum accepts the credentials `run` exits 69 at once (the library's `build()` fails).
+/// nothing on stderr; then `health` called it DOWN. Now `run` names the node and the server's
+/// words, `health` shows it as answering but unusable (`Redlock::node_status`), and when no
+/// quorum accepts the credentials `run` exits 69 at once (the library's `build()` fails).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_refusing_credentials_is_named() {
     let nodes = LocalNodes::start(3).await.expect("nodes");
@@ -230,12 +231,15 @@ async fn a_node_refusing_credentials_is_named() {
     assert!(said.contains("NOAUTH"), "{said}");
     assert!(said.contains(&shown(&nodes, 2)), "{said}");
     assert!(said.contains("2 of 3 nodes usable"), "{said}");
+    assert!(said.contains("answers but is not usable"), "{said}");
 
     let mut cmd = fredlock(&urls);
     cmd.args(["health", "--allow", "no-persistence"]);
     let out = output(cmd).await;
     assert_eq!(code(&out), 1, "{}", stdout(&out));
-    assert!(stdout(&out).contains("NOAUTH"), "{}", stdout(&out));
+    let line = node_line(&stdout(&out), 2);
+    assert!(line.contains("NOAUTH"), "{line}");
+    assert!(line.contains("UNUSABLE (it answered)"), "{line}");
 
     nodes
         .command(1, &["CONFIG", "SET", "requirepass", "cli-secret"])
@@ -247,6 +251,46 @@ async fn a_node_refusing_credentials_is_named() {
     assert_eq!(code(&out), 69, "{}", stderr(&out));
     assert_eq!(stdout(&out), "");
     assert!(stderr(&out).contains("NOAUTH"), "{}", stderr(&out));
+}
+
+/// `health`'s line for node `i`.
+fn node_line(text: &str, i: usize) -> String {
+    let head = format!("node {i} ");
+    text.lines()
+        .find(|l| l.starts_with(&head))
+        .unwrap_or_else(|| panic!("no line for node {i}: {text}"))
+        .to_string()
+}
+
+/// Before: an HTTP server on a node's port showed as "Decode Error: frame_type: Invalid frame
+/// type.", and a port that accepts and never answers as "Connection closed unexpectedly.":
+/// neither said what to check. Now both say to check that the port is a Redis or Valkey
+/// server, in `health` and in `run`'s warnings, in the library's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_that_is_not_redis_is_named() {
+    const CHECK: &str = "is this port a Redis or Valkey server?";
+    let nodes = LocalNodes::start(2).await.expect("nodes");
+    let (http, silent) = (http_port().await, silent_port().await);
+    for (port, head) in [(http, "UNUSABLE (it answered)"), (silent, "DOWN")] {
+        let mut urls = nodes.urls();
+        urls.push(format!("redis://127.0.0.1:{port}"));
+        let mut cmd = fredlock(&urls);
+        cmd.args(["health", "--allow", "no-persistence"]);
+        let out = output(cmd).await;
+        assert_eq!(code(&out), 1, "{}", stdout(&out));
+        let line = node_line(&stdout(&out), 2);
+        assert!(line.contains(head), "{line}");
+        assert!(line.contains(CHECK), "{line}");
+
+        let mut cmd = fredlock(&urls);
+        cmd.args(["run", "--no-wait", &unique("not-redis"), "--", "true"]);
+        let out = output(cmd).await;
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let said = stderr(&out);
+        assert!(said.contains(&format!("127.0.0.1:{port}/0")), "{said}");
+        assert!(said.contains(CHECK), "{said}");
+        assert!(said.contains("2 of 3 nodes usable"), "{said}");
+    }
 }
 
 /// Before: `health` exited 1 "degraded" on nodes run in memory on purpose, with no way to

@@ -127,3 +127,39 @@ pub async fn redlock(nodes: &[String], label: &str) -> Redlock {
         .await
         .expect("build")
 }
+
+/// A port that answers like an HTTP server (one 400 reply per connection), served by the
+/// test's runtime.
+pub async fn http_port() -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut request = [0u8; 1024];
+                let _ = socket.read(&mut request).await;
+                let reply = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+                let _ = socket.write_all(reply).await;
+            });
+        }
+    });
+    port
+}
+
+/// A port that accepts connections and never answers, served by the test's runtime.
+pub async fn silent_port() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
+    port
+}
