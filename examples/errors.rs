@@ -29,6 +29,7 @@ async fn main() -> Run<()> {
         .await?;
     lock_errors(&nodes, &redlock, &mut rows).await?;
     unreachable_nodes(&nodes, &mut rows).await?;
+    not_redis(&nodes, &mut rows).await?;
     without_quorum(&mut rows).await?;
     configuration_and_input(&nodes, &redlock, &mut rows).await?;
     semaphores_and_names(&redlock, &mut rows).await?;
@@ -104,7 +105,7 @@ async fn unreachable_nodes(nodes: &LocalNodes, rows: &mut Rows) -> Run<()> {
     .build()
     .await?;
     rows.push((
-        "no quorum reachable (wrong password, refused, unknown host)",
+        "no quorum (wrong password, refused, unknown host)",
         err(mixed.acquire("orders:42", TTL).await),
     ));
     // Credentials refused by (a quorum of) the nodes: build() fails at once.
@@ -137,6 +138,76 @@ async fn unreachable_nodes(nodes: &LocalNodes, rows: &mut Rows) -> Run<()> {
         .await),
     ));
     Ok(())
+}
+
+/// Ports that are not Redis servers: one answers HTTP, one accepts and never answers; and a
+/// node that refuses the password while a quorum works, as `Redlock::node_status` shows it.
+/// Expects node 0 to require a password (see `unreachable_nodes`).
+async fn not_redis(nodes: &LocalNodes, rows: &mut Rows) -> Run<()> {
+    let (http, silent) = (http_port().await?, silent_port().await?);
+    let redlock = quick(Redlock::builder().nodes([
+        format!("redis://127.0.0.1:{http}"),
+        format!("redis://127.0.0.1:{silent}"),
+        nodes.url(1),
+    ]))
+    .build()
+    .await?;
+    // The silent port's first attempt fails after 2 s: wait for it, so that its cause shows.
+    redlock.settled_node_status(Duration::from_secs(5)).await;
+    rows.push((
+        "no quorum: an HTTP server and a port that never answers",
+        err(redlock.acquire("orders:42", TTL).await),
+    ));
+    let degraded = quick(Redlock::builder().nodes([
+        format!("redis://:wrong-{SECRET}@127.0.0.1:{}", nodes.port(0)),
+        nodes.url(1),
+        nodes.url(2),
+    ]))
+    .build()
+    .await?;
+    let status = degraded.settled_node_status(Duration::from_secs(5)).await;
+    rows.push((
+        "Redlock::node_status of a node refusing the password (build and acquires succeed)",
+        status.first().map_or(String::new(), |s| {
+            let cause = s.cause.as_ref().map_or("none".into(), ToString::to_string);
+            format!(
+                "reachable: {}, usable: {}, cause: {cause}",
+                s.reachable, s.usable
+            )
+        }),
+    ));
+    Ok(())
+}
+
+/// A port that answers like an HTTP server.
+async fn http_port() -> Run<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut request = [0u8; 1024];
+                let _ = socket.read(&mut request).await;
+                let reply = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+                let _ = socket.write_all(reply).await;
+            });
+        }
+    });
+    Ok(port)
+}
+
+/// A port that accepts connections and never answers.
+async fn silent_port() -> Run<u16> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
+    Ok(port)
 }
 
 /// Extend and release without a quorum, and a semaphore permit's release.
@@ -187,6 +258,10 @@ async fn configuration_and_input(
         (
             "bad port (the password is not shown)",
             "redis://app:s3cret-pw@127.0.0.1:port",
+        ),
+        (
+            "a path that is not a database number",
+            "redis://127.0.0.1:7701/abc",
         ),
     ] {
         rows.push((case, err(Redlock::builder().nodes([url]).build().await)));

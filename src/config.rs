@@ -262,8 +262,10 @@ impl Builder {
     /// (`DELIFEQ`: Valkey >= 9.0; `DELEX`: Redis >= 8.4), so a key set there could be neither
     /// released nor extended (with fewer such nodes, each is logged at WARN and never sent a
     /// lock's `SET`). Each node that does not count is
-    /// logged at WARN level once per change of its state (with the server's words), and the
-    /// `fredlock_node_usable` gauge (feature `metrics`) says which nodes count. Must be called inside a tokio runtime, and the `Redlock` must be
+    /// logged at WARN level once per change of its state (with the server's words), and
+    /// [`Redlock::node_status`] (and the `fredlock_node_usable` gauge, feature `metrics`) says
+    /// which nodes count and why not: a `build()` that succeeded may still have lost fault
+    /// tolerance. Must be called inside a tokio runtime, and the `Redlock` must be
     /// used in that runtime (fred's connection tasks live there).
     ///
     /// Cancellation: dropping the future before it completes leaves the clients created so far
