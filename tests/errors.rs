@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{behind_proxies, local_with, resource, unique};
-use fredlock::{Error, NodeError, NodeErrorKind, Redlock, Retry, Round, Vote};
+use fredlock::{Error, Names, NodeError, NodeErrorKind, Redlock, Retry, Round, Vote, Votes};
 use fredlock_testkit::{Fault, LocalNodes, Server};
 use tokio::time::Instant;
 
@@ -566,4 +566,59 @@ async fn build_fails_when_no_quorum_accepts_the_credentials() {
         .await
         .expect("2 of 3 accept");
     redlock.close().await;
+}
+
+fn failed_vote(node: &str, kind: NodeErrorKind, message: &str) -> Vote {
+    Vote::Failed(NodeError {
+        node: node.into(),
+        kind,
+        message: message.into(),
+    })
+}
+
+/// Every node is counted once, and the nodes said to have answered are the ones in the
+/// breakdown that did. Before: "1 of 3 nodes answered, 1 of them with an error ... (0
+/// granted, 0 refused, 2 failed, 1 pending)".
+#[test]
+fn a_failed_acquire_counts_each_node_once() {
+    let votes = Votes(vec![
+        failed_vote("a:1/0", NodeErrorKind::UnexpectedReply, "not Redis"),
+        failed_vote("b:1/0", NodeErrorKind::Timeout, "no answer"),
+        Vote::Pending,
+    ]);
+    let e = Error::Unavailable {
+        round: Round::Acquire,
+        resources: Names(vec!["orders:42".into()]),
+        attempts: 1,
+        nodes: 3,
+        quorum: 2,
+        reachable: votes.answered(),
+        votes,
+    };
+    assert_eq!(
+        e.to_string(),
+        "lock orders:42: no quorum: 1 of 3 nodes answered, 2 grants needed (0 granted, 0 \
+         refused, 1 answered with an error, 1 did not answer, 1 not waited for), after 1 \
+         attempt(s): a:1/0: unexpected reply: not Redis; b:1/0: timeout: no answer"
+    );
+    let votes = Votes(vec![
+        Vote::Granted,
+        failed_vote("b:1/0", NodeErrorKind::Connection, "refused"),
+        failed_vote("c:1/0", NodeErrorKind::Connection, "refused"),
+    ]);
+    let e = Error::Unavailable {
+        round: Round::Acquire,
+        resources: Names(vec!["orders:42".into()]),
+        attempts: 2,
+        nodes: 3,
+        quorum: 2,
+        reachable: votes.answered(),
+        votes,
+    };
+    assert_eq!(
+        e.to_string(),
+        "lock orders:42: not enough nodes reachable: 1 of 3 nodes answered, 2 grants needed \
+         (1 granted, 0 refused, 2 did not answer), after 2 attempt(s): b:1/0: connection: \
+         refused; c:1/0: connection: refused"
+    );
 }
