@@ -193,15 +193,26 @@ async fn release_by_lease_from_another_process() {
     let (_, key, lease) = leased(&env, "lease-release", 30 * SECOND).await;
     // The release below comes through other connections, which a SET still on its way from
     // `env.redlock` would overtake: that node would keep the key for its TTL.
-    assert!(held_everywhere(&env.redlock, &key).await, "{:?}", values(&env.redlock, &key).await);
+    assert!(
+        held_everywhere(&env.redlock, &key).await,
+        "{:?}",
+        values(&env.redlock, &key).await
+    );
     let report = other.release_lease(&lease).await.expect("release by lease");
     assert!(report.votes.granted() >= 2, "{}", report.votes);
     let freed = freed_within(&env.redlock, &key, 5 * SECOND).await;
     let mut left = Vec::new();
     for i in 0..3 {
-        left.push((get(&env.redlock, i, &key).await.is_some(), pttl(&env.redlock, i, &key).await));
+        left.push((
+            get(&env.redlock, i, &key).await.is_some(),
+            pttl(&env.redlock, i, &key).await,
+        ));
     }
-    assert!(freed, "(held, PTTL) per node: {left:?}; votes {}", report.votes);
+    assert!(
+        freed,
+        "(held, PTTL) per node: {left:?}; votes {}",
+        report.votes
+    );
     let err = other
         .release_lease(&lease)
         .await
