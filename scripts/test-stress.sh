@@ -83,6 +83,38 @@ mkdir -p "$logs"
 failures="$logs/failures"
 : >"$failures"
 
+# The table: each failing test with its failures over the rounds run (all of them, or those
+# begun before an interrupt). Returns 1 if any test failed.
+summary() {
+  local rounds="$1" total=$(($(date +%s) - started)) line round name file test
+  echo
+  echo "$rounds rounds of ${#files[@]} test files in ${total} s ($((total / (rounds > 0 ? rounds : 1))) s a round), $LOAD busy loops on $cores cores, ${FREDLOCK_SERVER:-redis} nodes"
+  # The slowest files (mean seconds a round): what to leave out when a round takes too long.
+  echo "slowest files (mean s a round): $(awk '{s[$1] += $2; n[$1]++} END {for (f in s) printf "%s %d\n", f, s[f] / n[f]}' \
+    "$logs/seconds" 2>/dev/null | sort -k2 -rn | head -8 | awk '{printf "%s %s, ", $1, $2}' | sed 's/, $//')"
+  if [ ! -s "$failures" ]; then
+    echo "no failures"
+    return 0
+  fi
+  printf '%-78s %s\n' "test" "failures/rounds"
+  sed 's/ [0-9]*$//' "$failures" | sort | uniq -c | sort -rn \
+    | while read -r count name; do printf '%-78s %s/%s\n' "$name" "$count" "$rounds"; done
+  echo
+  echo "first lines of each failure (full logs in $logs):"
+  while read -r line; do
+    round="${line##* }"
+    name="${line% *}"
+    file="${name%%::*}"
+    test="${name#*::}"
+    echo "--- $name (round $round)"
+    # The panic's place and message: the block's lines up to the backtrace, blank ones skipped.
+    grep -A8 -F -- "---- $test stdout ----" "$logs/round-$round-$file.log" | sed '1d; /^stack backtrace:/,$d; /^$/d' \
+      | head -4 | cut -c1-400 | sed 's/^/    /'
+  done <"$failures"
+  return 1
+}
+
+
 # The load: one busy loop per core, each also ending by itself once this script is gone (even
 # after a kill -9, when no trap runs); the trap kills them on every exit.
 load_pids=()
@@ -92,7 +124,10 @@ cleanup() {
   wait 2>/dev/null
 }
 trap cleanup EXIT
-trap 'exit 130' INT
+# Interrupted (Ctrl-C): the table of the rounds begun so far, then exit 130.
+round=0
+started=$(date +%s)
+trap 'trap - INT; echo; echo "interrupted in round $round"; summary "$round"; exit 130' INT
 trap 'exit 143' TERM
 me=$$
 for _ in $(seq 1 "$LOAD"); do
@@ -103,7 +138,6 @@ for _ in $(seq 1 "$LOAD"); do
 done
 echo "load: $LOAD busy loops on $cores cores; server: ${FREDLOCK_SERVER:-redis}; logs: $logs" >&2
 
-started=$(date +%s)
 for round in $(seq 1 "$ROUNDS"); do
   round_start=$(date +%s)
   round_failed=0
@@ -132,30 +166,5 @@ for round in $(seq 1 "$ROUNDS"); do
   echo "round $round/$ROUNDS: $(($(date +%s) - round_start)) s, $round_failed file(s) failed," \
     "load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" >&2
 done
-total=$(($(date +%s) - started))
-
-echo
-echo "$ROUNDS rounds of ${#files[@]} test files in ${total} s ($((total / (ROUNDS > 0 ? ROUNDS : 1))) s a round), $LOAD busy loops on $cores cores, ${FREDLOCK_SERVER:-redis} nodes"
-# The slowest files (mean seconds a round): what to leave out when a round takes too long.
-echo "slowest files (mean s a round): $(awk '{s[$1] += $2; n[$1]++} END {for (f in s) printf "%s %d\n", f, s[f] / n[f]}' \
-  "$logs/seconds" | sort -k2 -rn | head -8 | awk '{printf "%s %s, ", $1, $2}' | sed 's/, $//')"
-if [ ! -s "$failures" ]; then
-  echo "no failures"
-  exit 0
-fi
-printf '%-78s %s\n' "test" "failures/rounds"
-sed 's/ [0-9]*$//' "$failures" | sort | uniq -c | sort -rn \
-  | while read -r count name; do printf '%-78s %s/%s\n' "$name" "$count" "$ROUNDS"; done
-echo
-echo "first lines of each failure (full logs in $logs):"
-while read -r line; do
-  round="${line##* }"
-  name="${line% *}"
-  file="${name%%::*}"
-  test="${name#*::}"
-  echo "--- $name (round $round)"
-  # The panic's place and message: the block's lines up to the backtrace, blank ones skipped.
-  grep -A8 -F -- "---- $test stdout ----" "$logs/round-$round-$file.log" | sed '1d; /^stack backtrace:/,$d; /^$/d' \
-    | head -4 | cut -c1-400 | sed 's/^/    /'
-done <"$failures"
-exit 1
+summary "$ROUNDS"
+exit $?
