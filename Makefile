@@ -20,7 +20,7 @@ test-redis: redis-server
 test-valkey: valkey-server
 	FREDLOCK_SERVER=valkey $(CARGO) test --workspace --all-features --test '*'
 
-## make test-stress: the flake hunt (not part of make test: 3-4 minutes a round). Builds the
+## make test-stress: the flake hunt (not part of make test: 2-4 minutes a round). Builds the
 ## timing-sensitive integration tests once and runs them ROUNDS times (default 10) while busy
 ## loops keep every core busy, then prints failures/rounds per test and exits 1 on any failure
 ## (logs in target/stress/). TESTS="lease wake" picks test files, FILTER a test name, LOAD the
