@@ -1,7 +1,7 @@
 # The commands a newcomer needs. Each installs redis-server when it is missing.
 CARGO ?= cargo
 
-.PHONY: demo test test-redis test-valkey bench scheduler errors fencing lint redis-server valkey-server
+.PHONY: demo test test-redis test-valkey test-stress bench scheduler errors fencing lint redis-server valkey-server
 
 ## make demo: several processes increment one counter under the lock (then without it: --no-lock)
 demo: redis-server
@@ -20,6 +20,14 @@ test-redis: redis-server valkey-server
 # Only the test targets that start nodes (the unit and doc tests do not depend on the server).
 test-valkey: valkey-server
 	FREDLOCK_SERVER=valkey $(CARGO) test --workspace --all-features --test '*'
+
+## make test-stress: the flake hunt (not part of make test: 2-4 minutes a round). Builds the
+## timing-sensitive integration tests once and runs them ROUNDS times (default 10) while busy
+## loops keep every core busy, then prints failures/rounds per test and exits 1 on any failure
+## (logs in target/stress/). TESTS="lease wake" picks test files, FILTER a test name, LOAD the
+## number of busy loops (default: one per core), FREDLOCK_SERVER=valkey the server.
+test-stress: redis-server
+	bash scripts/test-stress.sh
 
 ## make bench: latency and throughput against a raw fred floor, on local nodes (the serial cycle on
 ## both tokio runtimes, beside rslock and node-redlock: npm's redlock 5, installed into

@@ -11,6 +11,10 @@ use fredlock::{AcquireOptions, Error, InvalidInput, WithLock};
 use tokio::time::Instant;
 
 const SECOND: Duration = Duration::from_secs(1);
+/// The TTL of the probes that check whether another client gets in. Long only for its node
+/// timeout (TTL / 20, so 500 ms): a 1 s probe's 50 ms timed out on two nodes of a machine with
+/// every core busy (`make test-stress`), an `Unavailable` that says nothing about the lock.
+const PROBE_TTL: Duration = Duration::from_secs(10);
 
 #[tokio::test]
 async fn an_early_release_keeps_others_out_until_the_minimum() {
@@ -31,24 +35,34 @@ async fn an_early_release_keeps_others_out_until_the_minimum() {
     // The report says the keys were left to expire, and for how long (the rest of the minimum).
     let left = report.left_to_expire.expect("left to expire, not deleted");
     assert!(left > Duration::ZERO && left <= 3 * SECOND, "{left:?}");
-    // Still held on every node, its TTL shortened to the minimum (from 60 s).
+    // Still held on every node, its TTL shortened to the minimum (from 60 s). The release
+    // returns once a quorum shortened the keys; the last node's may land after it.
     for i in 0..3 {
+        let shortened = eventually(3 * SECOND, || async {
+            let left = pttl(&env.redlock, i, &key).await;
+            left > 0 && left <= 3_000
+        })
+        .await;
         let left = pttl(&env.redlock, i, &key).await;
-        assert!(left > 0 && left <= 3_000, "node {i}: PTTL {left}");
+        assert!(shortened, "node {i}: PTTL {left}");
     }
     if Instant::now() < minimum_ends {
         let other = env
             .redlock
-            .try_acquire(r.as_str(), SECOND)
+            .try_acquire(r.as_str(), PROBE_TTL)
             .await
             .expect("try");
-        assert!(other.is_none(), "another holder got in before the minimum");
+        // A grant answered before the minimum ended was written before it ended too.
+        assert!(
+            other.is_none() || Instant::now() >= minimum_ends,
+            "another holder got in before the minimum"
+        );
     }
     // Gone once the minimum is over (generous margin for a busy machine).
     assert!(freed_within(&env.redlock, &key, 10 * SECOND).await);
     let after = env
         .redlock
-        .try_acquire(r.as_str(), SECOND)
+        .try_acquire(r.as_str(), PROBE_TTL)
         .await
         .expect("try");
     assert!(after.is_some(), "free after the minimum");
@@ -118,9 +132,15 @@ async fn a_minimum_longer_than_the_ttl_is_refused() {
         .expect("a minimum of the TTL itself");
     let report = lock.release().await.expect("release");
     assert!(report.left_to_expire.is_some(), "{report:?}");
+    // As above: the last node's shortening (or SET) may land after the release returned.
     for i in 0..3 {
+        let kept = eventually(SECOND, || async {
+            let left = pttl(&env.redlock, i, &key).await;
+            left > 0 && left <= 2_000
+        })
+        .await;
         let left = pttl(&env.redlock, i, &key).await;
-        assert!(left > 0 && left <= 2_000, "node {i}: PTTL {left}");
+        assert!(kept, "node {i}: PTTL {left}");
     }
 
     // Zero is no minimum.
@@ -158,7 +178,12 @@ async fn a_dropped_lock_and_with_lock_keep_the_minimum_too() {
         shortened,
         "a dropped lock's keys are shortened, not deleted"
     );
-    assert!(values(&env.redlock, &key).await.iter().all(Option::is_some));
+    // The acquire returned at a quorum: the last node's SET may still be on its way.
+    let everywhere = eventually(5 * SECOND, || async {
+        values(&env.redlock, &key).await.iter().all(Option::is_some)
+    })
+    .await;
+    assert!(everywhere, "{:?}", values(&env.redlock, &key).await);
 
     let (r, key) = resource(&env.redlock, "hold-with");
     let ran = env

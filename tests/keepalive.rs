@@ -16,7 +16,10 @@ use tokio::time::Instant;
 async fn a_section_ten_times_the_ttl_stays_exclusive() {
     let env = env(3).await;
     let r = unique("long-section");
-    let ttl = Duration::from_millis(300);
+    // 1 s, not less: the default node timeout is TTL / 20 and a renewal starts with a third of
+    // the TTL left. At 300 ms (15 ms a node, 100 ms a round) a machine with every core busy lost
+    // the lock (`make test-stress`: 2 of 3 rounds).
+    let ttl = Duration::from_millis(1000);
     let entered = Arc::new(tokio::sync::Notify::new());
     let done = Arc::new(AtomicBool::new(false));
     // The contender starts once the section runs and records when it ever got the lock.
@@ -139,7 +142,10 @@ async fn losing_the_majority_cancels_the_section_before_the_deadline() {
 
 async fn keep_alive_survives(fault: impl FnOnce(&mut LocalNodes)) {
     let (mut nodes, redlock) = local_with(3, |b| b.node_timeout(Duration::from_millis(100))).await;
-    let ttl = Duration::from_millis(300);
+    // A renewal has a third of the TTL: at 300 ms that was one try of the 100 ms node timeout on
+    // the two nodes left, which a machine with every core busy missed (`make test-stress`: 1 of
+    // 3 rounds each). 1 s leaves room for retries.
+    let ttl = Duration::from_millis(1000);
     let guard = redlock
         .acquire(unique("survive").as_str(), ttl)
         .await
@@ -248,7 +254,9 @@ async fn a_budget_of_three_ttls_is_lost_on_schedule() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_extensions_is_a_budget_too() {
     let env = env(3).await;
-    let ttl = Duration::from_millis(200);
+    // Not 200 ms: its 10 ms default node timeout failed an extension on a machine with every
+    // core busy (`make test-stress`), and the lock was lost before its budget.
+    let ttl = Duration::from_millis(1000);
     let options = KeepAliveOptions::default().max_extensions(2);
     let (guard, _) = kept_alive(&env.redlock, &unique("max-ext"), ttl, options).await;
     assert_eq!(guard.lost().await, LostReason::BudgetExhausted);

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use fredlock::{Error, Lease, Lock, NotHeldReason};
+use fredlock::{Error, Lease, Lock, NotHeldReason, Redlock};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -30,6 +30,16 @@ async fn leased(env: &Env, name: &str, ttl: Duration) -> (String, String, Lease)
         .expect("acquire")
         .into_lease();
     (r, key, lease)
+}
+
+/// Whether every node holds `key` within 5 s. An acquire returns once a quorum granted it, and
+/// the last node's SET may still be on its way: another process's commands do not queue behind
+/// it.
+async fn held_everywhere(redlock: &Redlock, key: &str) -> bool {
+    eventually(5 * SECOND, || async {
+        values(redlock, key).await.iter().all(Option::is_some)
+    })
+    .await
 }
 
 #[tokio::test]
@@ -181,9 +191,28 @@ async fn release_by_lease_from_another_process() {
     let env = env(3).await;
     let other = build(env.nodes.urls(), |b| b).await;
     let (_, key, lease) = leased(&env, "lease-release", 30 * SECOND).await;
+    // The release below comes through other connections, which a SET still on its way from
+    // `env.redlock` would overtake: that node would keep the key for its TTL.
+    assert!(
+        held_everywhere(&env.redlock, &key).await,
+        "{:?}",
+        values(&env.redlock, &key).await
+    );
     let report = other.release_lease(&lease).await.expect("release by lease");
     assert!(report.votes.granted() >= 2, "{}", report.votes);
-    assert!(freed_within(&env.redlock, &key, 5 * SECOND).await);
+    let freed = freed_within(&env.redlock, &key, 5 * SECOND).await;
+    let mut left = Vec::new();
+    for i in 0..3 {
+        left.push((
+            get(&env.redlock, i, &key).await.is_some(),
+            pttl(&env.redlock, i, &key).await,
+        ));
+    }
+    assert!(
+        freed,
+        "(held, PTTL) per node: {left:?}; votes {}",
+        report.votes
+    );
     let err = other
         .release_lease(&lease)
         .await

@@ -145,6 +145,10 @@ impl Lock {
     /// Hands this lock over as a [`Lease`]: nothing is released, the keys stay until their TTL
     /// unless the process that resumes the lease extends or releases them. The lease carries the
     /// secret token: see [`Lease`].
+    ///
+    /// Right after the acquire, a node that had not answered yet may still receive this
+    /// process's SET (within the node timeout): a release by lease from another process that
+    /// reaches that node first leaves its key there until the TTL (one node, not a quorum).
     pub fn into_lease(self) -> Lease {
         // The wall clock first, then the time left: the deadline can only come out early.
         let now = SystemTime::now();
