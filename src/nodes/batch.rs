@@ -78,6 +78,52 @@ pub(crate) struct Held {
     /// The wait line this lock's keys are gated by, if any (its gate node's acquire and
     /// release take the line scripts, never this batcher).
     pub(crate) line: Option<LineRef>,
+    /// Whether a repair (keys re-set where missing, see `Node::repair`) may still be sent, and
+    /// how many were made.
+    pub(crate) repairs: Repairs,
+}
+
+/// The repairs of one lock: re-setting its keys on nodes where they are missing while it is
+/// held (see `Node::repair` and `held_rounds`). Closed for good by the first release, shorten
+/// or hand-over of the lock; a repair checks that it is open and hands its command to the
+/// node's connection in one step under the same mutex, so no repair is ever written after the
+/// lock's release on that connection (it would leave our key behind for a TTL).
+#[derive(Debug, Default)]
+pub(crate) struct Repairs {
+    closed: Mutex<bool>,
+    made: std::sync::atomic::AtomicU64,
+}
+
+impl Repairs {
+    /// No repair is sent from now on (one already handed to a connection lands before
+    /// whatever the caller sends next there).
+    pub(crate) fn close(&self) {
+        *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    }
+
+    /// Polls `call` once (which hands its command to the connection) unless closed: `None`
+    /// when closed (nothing sent), else the first poll's result.
+    pub(crate) fn first_poll<F: std::future::Future + ?Sized>(
+        &self,
+        call: std::pin::Pin<&mut F>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Option<std::task::Poll<F::Output>> {
+        let closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
+        match *closed {
+            true => None,
+            false => Some(call.poll(cx)),
+        }
+    }
+
+    /// One more repair was made (a node set the keys again).
+    pub(crate) fn made(&self) {
+        self.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How many repairs were made.
+    pub(crate) fn count(&self) -> u64 {
+        self.made.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// Where a lock's wait line is, and this lock's part in it (see `line` and the gate scripts).
@@ -120,6 +166,17 @@ impl Held {
                 .map(|r| crate::base::slots::shown(r))
                 .collect(),
         )
+    }
+
+    /// Whether this lock's keys are re-set where missing while it is held: a plain lock's (one
+    /// or several resources, fenced or not, an election's term), never a semaphore permit's or
+    /// a read-write lock's (their keys live under reserved names, and a node's slot or reader
+    /// bookkeeping would not match a key set alone).
+    pub(crate) fn heals(&self) -> bool {
+        !self
+            .resources
+            .iter()
+            .any(|r| r.starts_with(crate::base::slots::RESERVED))
     }
 }
 

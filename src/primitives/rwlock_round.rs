@@ -233,6 +233,7 @@ impl RwRounds<'_> {
             resources: vec![resource.clone()],
             fence_keys: Vec::new(),
             line: None,
+            repairs: Default::default(),
         });
         Plan {
             resource,
@@ -288,6 +289,7 @@ impl RwRounds<'_> {
             resources: vec![resource],
             fence_keys: Vec::new(),
             line: None,
+            repairs: Default::default(),
         });
         let mut rguard = Cleanup(Some((redlock.clone(), reader.clone())), req.ttl);
         let [w, _, r] = self.keys();
@@ -391,6 +393,7 @@ impl Mark {
                 resources: vec![rw.part("i")],
                 fence_keys: Vec::new(),
                 line: None,
+                repairs: Default::default(),
             }),
             ttl,
             removed: false,

@@ -94,6 +94,8 @@ impl Lock {
     /// Marks the lock as no longer this handle's to release (a lease took it over).
     pub(crate) fn disarm(mut self) -> (Arc<Held>, Option<Vec<u64>>) {
         self.released = true;
+        // The lease's holder may release it at any time, on connections of its own.
+        self.held.repairs.close();
         (self.held.clone(), self.fencing.take())
     }
 
@@ -142,6 +144,14 @@ impl Lock {
     /// label when there is one. Scripts of your own that check the lock compare this value.
     pub fn value(&self) -> &str {
         &self.held.value
+    }
+
+    /// How many times a key of this lock was re-set on a node that had lost it (down at the
+    /// acquire, or restarted since): an extension that wins on a quorum re-sets the keys where
+    /// they are missing, with `SET NX`, so the lock regains the node (see
+    /// docs/algorithm.md, "Healing").
+    pub fn repairs(&self) -> u64 {
+        self.held.repairs.count()
     }
 
     /// The TTL of the last acquire or extend.
