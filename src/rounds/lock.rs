@@ -187,8 +187,10 @@ impl Lock {
     }
 
     /// Extends the lock to `ttl` from now: every node resets its keys' TTL if our token is still
-    /// there (an expired key is never re-created). Succeeds with a quorum within the current
-    /// validity; the new deadline counts from the start of this call.
+    /// there. Succeeds with a quorum within the current validity; the new deadline counts from
+    /// the start of this call. A lock that lost its quorum is never re-created; once the
+    /// extension won, nodes where our keys were missing get them again with `SET NX` (never over
+    /// another value; see [`repairs`](Self::repairs)), which does not count toward the quorum.
     ///
     /// Errors: [`Error::NotHeld`](crate::Error::NotHeld) when the deadline passed or a quorum no longer holds our token
     /// (the lock is lost for good); [`Error::Unavailable`](crate::Error::Unavailable) when too few nodes answered but the lock
