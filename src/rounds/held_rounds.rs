@@ -249,11 +249,14 @@ impl Inner {
                     let call = async move {
                         let votes = n.clone().extend_many(batch.clone(), timeout).await;
                         let each = votes.iter().zip(batch.iter()).zip(repair_timeouts.iter());
-                        for (k, ((vote, x), &t)) in each.enumerate() {
-                            if *vote == Vote::Refused {
-                                heal(&n, &x.held, k, x.ttl_ms, t, seen.clone()).await;
-                            }
-                        }
+                        let repairs = each
+                            .enumerate()
+                            .filter(|(_, ((vote, _), _))| **vote == Vote::Refused)
+                            .map(|(k, ((_, x), &t))| {
+                                heal(&n, &x.held, k, x.ttl_ms, t, seen.clone())
+                            });
+                        // Side by side: a node that lost every key (restarted) repairs many.
+                        futures::future::join_all(repairs).await;
                         votes
                     };
                     (i, call)
