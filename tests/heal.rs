@@ -42,7 +42,8 @@ async fn a_kept_alive_lock_regains_a_node_that_was_down_and_survives_losing_anot
     let (mut nodes, redlock) = local_with(3, |b| b).await;
     let (r, key) = resource(&redlock, "longjob");
     nodes.kill(2).expect("kill node 2");
-    let ttl = Duration::from_millis(900);
+    // Long enough that a loaded machine does not starve a renewal past the deadline.
+    let ttl = Duration::from_secs(2);
     let (guard, _) = kept_alive(&redlock, &r, ttl, KeepAliveOptions::default()).await;
     let handle = guard.handle();
     let value = get(&redlock, 0, &key).await.expect("the key on node 0");
@@ -60,7 +61,7 @@ async fn a_kept_alive_lock_regains_a_node_that_was_down_and_survives_losing_anot
     assert!(eventually(WITHIN, || async { handle.repairs() >= 1 }).await);
 
     nodes.kill(0).expect("kill node 0");
-    for n in 0..4 {
+    for n in 0..3 {
         match handle.changed().await {
             Ok(_) => {}
             Err(reason) => panic!("lost after extension {n} with nodes 1 and 2 up: {reason:?}"),
@@ -82,7 +83,7 @@ async fn an_election_term_regains_a_node_and_survives_losing_another() {
     let key = redlock.key(&name);
     nodes.kill(2).expect("kill node 2");
     let election = redlock
-        .elect(name.as_str(), Duration::from_millis(900))
+        .elect(name.as_str(), Duration::from_secs(2))
         .expect("elect");
     let term = tokio::time::timeout(WITHIN, election.leader())
         .await
@@ -99,7 +100,7 @@ async fn an_election_term_regains_a_node_and_survives_losing_another() {
 
     nodes.kill(0).expect("kill node 0");
     let mut roles = election.watch();
-    for n in 0..4 {
+    for n in 0..3 {
         tokio::time::timeout(WITHIN, roles.changed())
             .await
             .expect("a renewal within the bound")

@@ -83,11 +83,9 @@ pub(crate) struct Held {
     pub(crate) repairs: Repairs,
 }
 
-/// The repairs of one lock: re-setting its keys on nodes where they are missing while it is
-/// held (see `Node::repair` and `held_rounds`). Closed for good by the first release, shorten
-/// or hand-over of the lock; a repair checks that it is open and hands its command to the
-/// node's connection in one step under the same mutex, so no repair is ever written after the
-/// lock's release on that connection (it would leave our key behind for a TTL).
+/// A lock's repairs (its keys re-set where missing while held: `Node::repair`). Closed for
+/// good by its first release, shorten or hand-over; a repair checks it and hands its command to
+/// the connection in one step under the mutex, so none is written after the release there.
 #[derive(Debug, Default)]
 pub(crate) struct Repairs {
     closed: Mutex<bool>,
@@ -95,8 +93,7 @@ pub(crate) struct Repairs {
 }
 
 impl Repairs {
-    /// No repair is sent from now on (one already handed to a connection lands before
-    /// whatever the caller sends next there).
+    /// No repair is sent from now on.
     pub(crate) fn close(&self) {
         *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = true;
     }
@@ -115,7 +112,7 @@ impl Repairs {
         }
     }
 
-    /// One more repair was made (a node set the keys again).
+    /// One more repair was made.
     pub(crate) fn made(&self) {
         self.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }

@@ -237,28 +237,15 @@ impl Inner {
             Some(timeout) => {
                 let items = batch.len();
                 let batch = Arc::new(batch);
-                let repair_timeouts: Arc<Vec<Duration>> = Arc::new(
-                    batch
-                        .iter()
-                        .map(|x| self.node_timeout(Duration::from_millis(x.ttl_ms)))
-                        .collect(),
-                );
+                let repair_timeouts = self.repair_timeouts(&batch);
                 let calls = self.nodes.iter().enumerate().map(|(i, n)| {
-                    let (n, batch, seen) = (n.clone(), batch.clone(), seen.clone());
-                    let repair_timeouts = repair_timeouts.clone();
-                    let call = async move {
-                        let votes = n.clone().extend_many(batch.clone(), timeout).await;
-                        let each = votes.iter().zip(batch.iter()).zip(repair_timeouts.iter());
-                        let repairs = each
-                            .enumerate()
-                            .filter(|(_, ((vote, _), _))| **vote == Vote::Refused)
-                            .map(|(k, ((_, x), &t))| {
-                                heal(&n, &x.held, k, x.ttl_ms, t, seen.clone())
-                            });
-                        // Side by side: a node that lost every key (restarted) repairs many.
-                        futures::future::join_all(repairs).await;
-                        votes
-                    };
+                    let call = extend_many_then_heal(
+                        n.clone(),
+                        batch.clone(),
+                        timeout,
+                        repair_timeouts.clone(),
+                        seen.clone(),
+                    );
                     (i, call)
                 });
                 // Finished, not dropped: a late NOSCRIPT must still be resent.
@@ -305,6 +292,25 @@ impl Inner {
         verdict.send_replace(Some(Arc::new(won)));
         results
     }
+}
+
+/// One node's share of a batched extend round: the extensions, then the repairs of the locks
+/// it refused (see [`heal`]), side by side (a node that lost every key, restarted, repairs many).
+async fn extend_many_then_heal(
+    node: Arc<crate::nodes::node::Node>,
+    batch: Arc<Vec<Extension>>,
+    timeout: Duration,
+    repair_timeouts: Arc<Vec<Duration>>,
+    seen: Verdict,
+) -> Vec<Vote> {
+    let votes = node.clone().extend_many(batch.clone(), timeout).await;
+    let each = votes.iter().zip(batch.iter()).zip(repair_timeouts.iter());
+    let repairs = each
+        .enumerate()
+        .filter(|(_, ((vote, _), _))| **vote == Vote::Refused)
+        .map(|(k, ((_, x), &t))| heal(&node, &x.held, k, x.ttl_ms, t, seen.clone()));
+    futures::future::join_all(repairs).await;
+    votes
 }
 
 /// What the nodes of an extend round see of its outcome, for their repairs: unset until the
@@ -374,6 +380,14 @@ async fn repair_if_won(
     if vote == Vote::Granted {
         held.repairs.made();
         tracing::debug!(node = %node.name, resources = ?held.resources, "fredlock: re-set a held lock's keys on a node that had lost them");
+    }
+}
+
+impl Inner {
+    /// Each lock's per-node timeout for its repairs (see [`heal`]).
+    fn repair_timeouts(&self, batch: &[Extension]) -> Arc<Vec<Duration>> {
+        let each = batch.iter().map(|x| Duration::from_millis(x.ttl_ms));
+        Arc::new(each.map(|ttl| self.node_timeout(ttl)).collect())
     }
 }
 
