@@ -308,7 +308,7 @@ impl Node {
                 None => this.repair_one(keys, ttl_ms, timeout).await,
                 Some(groups) => all(futures::future::join_all(groups.iter().map(|g| {
                     let sub = keys.subset(g);
-                    async move { this.repair_one(&sub, ttl_ms, timeout).await }
+                    async move { this.repair_script(&sub, ttl_ms, timeout).await }
                 }))
                 .await),
             }
@@ -328,11 +328,18 @@ impl Node {
         })
     }
 
-    /// One call of [`repair`](Self::repair) (one hash slot's keys on a cluster node).
+    /// [`repair`](Self::repair) in one call: `SET NX` for a one-key lock (its key is missing
+    /// here, or another value is there), the script for several keys.
     async fn repair_one(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Vote {
         if held.keys.len() == 1 {
             return self.acquire_plain(held, ttl_ms, timeout).await;
         }
+        self.repair_script(held, ttl_ms, timeout).await
+    }
+
+    /// The REPAIR script over `held`'s keys (one hash slot's share of them on a cluster node:
+    /// even one key, which may be ours already while another slot's is missing).
+    async fn repair_script(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Vote {
         let scripts = crate::base::scripts::Scripts::get();
         let reply = self
             .script(&scripts.repair, held, Some(ttl_ms), timeout)
