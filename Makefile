@@ -11,9 +11,10 @@ demo: redis-server
 ## make test: the server matrix. Unit tests, doc tests and every integration test against real
 ## redis-server nodes, then the integration tests again (the same binaries) against valkey-server
 ## nodes (fetched once by `make valkey-server`). One server only: make test-redis, make test-valkey.
+## Both fetch what they need first: the Redis pass has tests that compare the two servers.
 test: test-redis test-valkey
 
-test-redis: redis-server
+test-redis: redis-server valkey-server
 	FREDLOCK_SERVER=redis $(CARGO) test --workspace --all-features
 
 # Only the test targets that start nodes (the unit and doc tests do not depend on the server).

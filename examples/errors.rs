@@ -48,10 +48,22 @@ fn quick(b: fredlock::Builder) -> fredlock::Builder {
         .connect_wait(Duration::from_millis(500))
 }
 
-/// Contention, a release after expiry, a TTL too short, a lock lost during `with_lock`.
+/// Contention (a lock, a read-write lock's writer), a minimum hold longer than the TTL, a release after expiry, a TTL too short, a lock lost during `with_lock`.
 async fn lock_errors(nodes: &LocalNodes, redlock: &Redlock, rows: &mut Rows) -> Run<()> {
     let held = redlock.acquire("orders:42", TTL).await?;
     rows.push(("contention", err(redlock.acquire("orders:42", TTL).await)));
+    let rw = redlock.rwlock("catalog")?;
+    let reader = rw.read(TTL).await?;
+    rows.push((
+        "a writer kept out by readers",
+        err(rw.write(TTL).await.map(drop)),
+    ));
+    reader.release().await?;
+    let hold = fredlock::AcquireOptions::new().hold_at_least(Duration::from_secs(60));
+    rows.push((
+        "a minimum hold longer than the TTL",
+        err(redlock.acquire_using("orders:46", TTL, &hold).await),
+    ));
     for i in 0..3 {
         nodes
             .command(i, &["DEL", &redlock.key("orders:42")])

@@ -95,7 +95,8 @@ async fn worker(w: Worker) -> Result<(), BoxError> {
             term = election.leader() => term,
         };
         say(Msg::Leader {
-            token: term.token.clone(),
+            // The fingerprint, never the token (a secret: whoever has it can release the lock).
+            token: term.fingerprint(),
             valid: left(term.valid_until),
         });
         let stop = lead(&election, &term, &mut quit).await;
@@ -149,7 +150,8 @@ enum Stop {
 /// Leads one term: a job every `JOB_EVERY`, only while this term is valid. Returns as soon as the
 /// term ends (even in the middle of a job), or between jobs when asked to quit.
 async fn lead(election: &Election, term: &Term, quit: &mut Quit) -> Stop {
-    let token = term.token.as_str();
+    let number = term.number();
+    let fingerprint = term.fingerprint();
     let mut role = election.watch();
     // The validity the demo knows of (sent with `Msg::Leader`); each extension moves it.
     let mut reported = term.valid_until;
@@ -158,24 +160,24 @@ async fn lead(election: &Election, term: &Term, quit: &mut Quit) -> Stop {
         // Idle until the next job is due.
         tokio::select! {
             biased;
-            () = term_ended(&mut role, token, &mut reported) => return Stop::Lost,
+            () = term_ended(&mut role, number, &mut reported) => return Stop::Lost,
             () = quit.requested() => return Stop::Quit,
             () = tokio::time::sleep_until(next_job) => {}
         }
         // Right before acting, ask again, on the clock: `is_leader()` is false once the term's
         // validity has passed, even if no one told us yet that it was lost.
-        if !leading(election, token) {
+        if !leading(election, number) {
             return Stop::Lost;
         }
         say(Msg::Job {
             n,
-            token: token[..8].to_string(),
+            token: fingerprint[..8].to_string(),
         });
         // The job, cancelled at once (at its next `.await`) if the term ends. A quit request
         // lets it finish: resigning is graceful.
         tokio::select! {
             biased;
-            () = term_ended(&mut role, token, &mut reported) => {
+            () = term_ended(&mut role, number, &mut reported) => {
                 say(Msg::Aborted(n));
                 return Stop::Lost;
             }
@@ -194,22 +196,22 @@ async fn nightly_job() {
     tokio::time::sleep(JOB_WORK).await;
 }
 
-/// Whether the term with this token is ours right now, within its validity.
-fn leading(election: &Election, token: &str) -> bool {
+/// Whether the term with this number is ours right now, within its validity.
+fn leading(election: &Election, number: u64) -> bool {
     let role = election.role();
     // `Role::is_leader` (like `Election::is_leader`) checks the clock against the validity.
-    role.is_leader() && role.term().is_some_and(|t| t.token == token)
+    role.is_leader() && role.term().is_some_and(|t| t.number() == number)
 }
 
-/// Resolves when the term with this token ends: the role turns Follower (or a new term), or the
+/// Resolves when the term with this number ends: the role turns Follower (or a new term), or the
 /// term's validity passes before an extension arrives. Reports each extension to the demo
 /// (`reported`: the validity it knows of). Cancellation: safe (it only observes).
-async fn term_ended(role: &mut watch::Receiver<Role>, token: &str, reported: &mut Instant) {
+async fn term_ended(role: &mut watch::Receiver<Role>, number: u64, reported: &mut Instant) {
     loop {
         let valid_until = {
             let r = role.borrow_and_update();
             match r.term() {
-                Some(t) if t.token == token && r.is_leader() => t.valid_until,
+                Some(t) if t.number() == number && r.is_leader() => t.valid_until,
                 _ => return,
             }
         };

@@ -355,10 +355,11 @@ async fn election(seed: u64, per_run: Duration) -> bool {
         Ok(r) => (
             !r.violations.is_empty() || !r.control_caught(),
             format!(
-                "torture: election mode: {} terms, {} fault episodes, {} observer changes, {} violation(s); never-resyncing observer caught: {}{}",
+                "torture: election mode: {} terms, {} fault episodes, {} observer changes, {} named terms nobody held, {} violation(s); never-resyncing observer caught: {}{}",
                 r.terms,
                 r.episodes,
                 r.observed,
+                r.unheld,
                 r.violations.len(),
                 r.control_caught(),
                 r.violations.first().map_or(String::new(), |v| format!("; first: {v}"))

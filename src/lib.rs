@@ -70,8 +70,8 @@ mod primitives;
 mod rounds;
 
 pub use base::error::{
-    Error, InvalidInput, LostReason, Names, NodeError, NodeErrorKind, NotHeldReason, Result, Round,
-    Vote, Votes,
+    Error, HeldBy, InvalidInput, LostReason, Names, NodeError, NodeErrorKind, NotHeldReason,
+    Result, Round, Vote, Votes,
 };
 pub use base::owner::{MAX_LABEL_LEN, MAX_TOKEN_LEN, SEPARATOR};
 pub use config::{Builder, Retry};

@@ -161,8 +161,8 @@ async fn term_ended_fires_when_the_term_is_lost() {
     let election = redlock.elect(common::unique("term").as_str(), TTL).unwrap();
     let term = election.leader().await;
     assert_eq!(
-        election.current_term().map(|t| t.token),
-        Some(term.token.clone())
+        election.current_term().map(|t| t.token().to_string()),
+        Some(term.token().to_string())
     );
     // Cut it off: the term must end no later than its validity.
     for p in &proxies {

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{local_with, unique};
+use common::{eventually, local_with, unique};
 use fredlock::Redlock;
 use fredlock_testkit::LocalNodes;
 
@@ -81,6 +81,13 @@ async fn extend_and_release_leave_the_counters_alone() {
         }
         v
     };
+    // The write-back is decided by a quorum; a late node's lands just after: wait for it.
+    let everywhere = eventually(Duration::from_secs(10), || async {
+        let token = Some(token.clone());
+        counters().await.iter().all(|c| *c == token)
+    })
+    .await;
+    assert!(everywhere, "the write-back reached every node");
     let before = counters().await;
     assert!(
         before
@@ -193,18 +200,30 @@ const FENCED_WRITE: &str = "local last = tonumber(redis.call('GET', KEYS[2]) or 
     redis.call('SET', KEYS[2], ARGV[2]) redis.call('SET', KEYS[1], ARGV[1]) return 1";
 
 /// The documented limit, shown: the token t is written back to nodes {0, 1} only (node 2
-/// frozen); node 0 restarts EMPTY; node 1 freezes; the next grant's majority {0, 2} has never
-/// seen t, and the token repeats. Hence: counters need `appendfsync always`, or a node that
-/// lost its data must stay out.
+/// down: it never sees t, not even late); node 0 restarts EMPTY; node 1 freezes; the next
+/// grant's majority {0, 2} has never seen t, and the token repeats. Hence: counters need
+/// `appendfsync always`, or a node that lost its data must stay out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_restarting_empty_can_repeat_a_token() {
-    let (mut nodes, redlock) = fenced(3).await;
+    // A node timeout far above a loaded machine's delays: a write-back that timed out on one
+    // node of {0, 2} would fail that grant and leave the other node's counter raised, so the
+    // next grant would go higher and not show the repeat.
+    let tweak = |b: fredlock::Builder| b.fencing_tokens(true).node_timeout(Duration::from_secs(2));
+    let (mut nodes, first_client) = local_with(3, tweak).await;
     let r = unique("repeat");
-    nodes.pause(2).expect("pause");
-    let first = redlock.acquire(r.as_str(), TTL).await.expect("on {0, 1}");
+    nodes.kill(2).expect("kill");
+    let first = first_client
+        .acquire(r.as_str(), TTL)
+        .await
+        .expect("on {0, 1}");
     let t = first.fencing_token().expect("token");
     first.release().await.expect("release");
-    nodes.resume(2).expect("resume");
+    // Node 2 must never see t: the write-back still waiting for it (every write-back is
+    // finished, even late) goes with this client's connections.
+    first_client.close().await;
+    drop(first_client);
+    nodes.start_node(2).await.expect("start");
+    let redlock = common::build(nodes.urls(), tweak).await;
     nodes.restart(0).await.expect("restart empty");
     nodes.pause(1).expect("pause");
     // Node 0 reconnects after its restart; the first grant on {0, 2} carries the token.
@@ -266,4 +285,37 @@ async fn handles_and_guards_carry_the_fencing_token() {
         .await
         .expect("with_lock");
     assert_eq!(seen, None);
+}
+
+/// Node 2 answers late (paused) and its script cache is empty: the token's write-back is decided
+/// by nodes 0 and 1, and node 2's, answered `NOSCRIPT` after that, must still be resent there
+/// (else its counter stays behind the token handed out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_node_without_the_script_still_raises_its_counter() {
+    // A node timeout far above the pause: node 2's write-back must be late, never timed out.
+    let (nodes, redlock) = local_with(3, |b| {
+        b.fencing_tokens(true).node_timeout(Duration::from_secs(5))
+    })
+    .await;
+    let r = unique("fence-noscript");
+    let key = redlock.fence_key(&r);
+    // A first holder puts the counters on every node.
+    let first = redlock.acquire(r.as_str(), TTL).await.expect("acquire");
+    first.release().await.expect("release");
+    for i in 0..3 {
+        nodes.script_flush(i).await.expect("SCRIPT FLUSH");
+    }
+    nodes.client_pause(2, 200).await.expect("CLIENT PAUSE");
+    let lock = redlock.acquire(r.as_str(), TTL).await.expect("acquire");
+    let token = lock.fencing_token().expect("token").to_string();
+    let raised = eventually(Duration::from_secs(10), || async {
+        nodes.get(2, &key).await.expect("GET").as_deref() == Some(token.as_str())
+    })
+    .await;
+    assert!(
+        raised,
+        "node 2's counter {:?}, the token {token}: the late NOSCRIPT was never resent",
+        nodes.get(2, &key).await.expect("GET")
+    );
+    lock.release().await.expect("release");
 }

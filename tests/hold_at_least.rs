@@ -1,13 +1,13 @@
-//! Hold at least: a release before the minimum leaves the keys to expire when it ends (never
-//! later than their TTL), a release after it deletes them. Each test fails on a plain release,
-//! which deletes the keys at once.
+//! Hold at least: a release before the minimum leaves the keys to expire when it ends, a
+//! release after it deletes them, and a minimum longer than the TTL is refused. Each test fails
+//! on a plain release, which deletes the keys at once.
 
 mod common;
 
 use std::time::Duration;
 
 use common::*;
-use fredlock::{AcquireOptions, WithLock};
+use fredlock::{AcquireOptions, Error, InvalidInput, WithLock};
 use tokio::time::Instant;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -24,9 +24,13 @@ async fn an_early_release_keeps_others_out_until_the_minimum() {
         .expect("acquire");
     assert_eq!(lock.hold_at_least(), Some(3 * SECOND));
     let minimum_ends = lock.acquired_at() + 3 * SECOND;
-    lock.release()
+    let report = lock
+        .release()
         .await
         .expect("an early release still reports the lock as ours");
+    // The report says the keys were left to expire, and for how long (the rest of the minimum).
+    let left = report.left_to_expire.expect("left to expire, not deleted");
+    assert!(left > Duration::ZERO && left <= 3 * SECOND, "{left:?}");
     // Still held on every node, its TTL shortened to the minimum (from 60 s).
     for i in 0..3 {
         let left = pttl(&env.redlock, i, &key).await;
@@ -62,25 +66,63 @@ async fn a_release_after_the_minimum_deletes_at_once() {
         .expect("acquire");
     // The minimum itself is what is tested: wait for it to pass.
     tokio::time::sleep_until(lock.acquired_at() + Duration::from_millis(60)).await;
-    lock.release().await.expect("release");
+    let report = lock.release().await.expect("release");
+    assert_eq!(report.left_to_expire, None, "deleted, not left to expire");
     assert_eq!(values(&env.redlock, &key).await, vec![None, None, None]);
 }
 
+/// A minimum longer than the TTL could not be kept (the keys expire with the TTL): it is
+/// refused before anything is sent, rather than cut to the TTL or lengthening it; a minimum of
+/// exactly the TTL is kept; zero is no minimum.
 #[tokio::test]
-async fn the_minimum_never_lengthens_the_ttl() {
+async fn a_minimum_longer_than_the_ttl_is_refused() {
     let env = env(3).await;
     let (r, key) = resource(&env.redlock, "hold-long");
-    let options = AcquireOptions::new().hold_at_least(Duration::MAX);
+    for at_least in [60 * SECOND, Duration::MAX] {
+        let options = AcquireOptions::new().hold_at_least(at_least);
+        match env
+            .redlock
+            .acquire_using(r.as_str(), 10 * SECOND, &options)
+            .await
+        {
+            Err(Error::InvalidInput(InvalidInput::HoldLongerThanTtl { hold_at_least, ttl })) => {
+                assert_eq!((hold_at_least, ttl), (at_least, 10 * SECOND));
+            }
+            other => panic!("{at_least:?} with a 10 s TTL: {other:?}"),
+        }
+        assert_eq!(values(&env.redlock, &key).await, vec![None, None, None]);
+    }
+    let refused = env
+        .redlock
+        .with_lock_using(
+            r.as_str(),
+            10 * SECOND,
+            WithLock::default().hold_at_least(60 * SECOND),
+            |_| async { 7 },
+        )
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::InvalidInput(InvalidInput::HoldLongerThanTtl { .. }))
+        ),
+        "{refused:?}"
+    );
+
+    // Exactly the TTL: accepted, and an early release leaves the keys to expire.
+    let equal = AcquireOptions::new().hold_at_least(2 * SECOND);
     let lock = env
         .redlock
-        .acquire_using(r.as_str(), 2 * SECOND, &options)
+        .acquire_using(r.as_str(), 2 * SECOND, &equal)
         .await
-        .expect("acquire");
-    lock.release().await.expect("release");
+        .expect("a minimum of the TTL itself");
+    let report = lock.release().await.expect("release");
+    assert!(report.left_to_expire.is_some(), "{report:?}");
     for i in 0..3 {
         let left = pttl(&env.redlock, i, &key).await;
         assert!(left > 0 && left <= 2_000, "node {i}: PTTL {left}");
     }
+
     // Zero is no minimum.
     let (r2, key2) = resource(&env.redlock, "hold-zero");
     let zero = AcquireOptions::new().hold_at_least(Duration::ZERO);
@@ -90,7 +132,8 @@ async fn the_minimum_never_lengthens_the_ttl() {
         .await
         .expect("acquire");
     assert_eq!(lock.hold_at_least(), None);
-    lock.release().await.expect("release");
+    let report = lock.release().await.expect("release");
+    assert_eq!(report.left_to_expire, None);
     assert_eq!(values(&env.redlock, &key2).await, vec![None, None, None]);
 }
 
@@ -139,4 +182,68 @@ async fn a_dropped_lock_and_with_lock_keep_the_minimum_too() {
         let left = pttl(&env.redlock, i, &key).await;
         assert!(shortened, "node {i}: PTTL {left}");
     }
+}
+
+/// Node 2 answers late (paused) and its script cache is empty: the release is decided by nodes 0
+/// and 1, and node 2's shortening, answered `NOSCRIPT` after that, must still be resent there
+/// (else node 2 keeps the key for its full TTL).
+#[tokio::test]
+async fn a_late_node_without_the_script_still_shortens() {
+    let (nodes, redlock) = local_with(3, |b| b).await;
+    let (r, key) = resource(&redlock, "hold-noscript");
+    let options = AcquireOptions::new().hold_at_least(3 * SECOND);
+    let lock = redlock
+        .acquire_using(r.as_str(), 60 * SECOND, &options)
+        .await
+        .expect("acquire");
+    for i in 0..3 {
+        nodes.script_flush(i).await.expect("SCRIPT FLUSH");
+    }
+    nodes.client_pause(2, 300).await.expect("CLIENT PAUSE");
+    lock.release().await.expect("release");
+    let shortened = eventually(10 * SECOND, || async {
+        let left = nodes.pttl(2, &key).await.expect("PTTL");
+        left <= 3_000
+    })
+    .await;
+    assert!(
+        shortened,
+        "node 2 kept the full TTL: the late NOSCRIPT was never resent"
+    );
+}
+
+/// Node 2 is busy (paused with an acquire in flight and a batch behind it) when the lock is
+/// granted by nodes 0 and 1, so the lock's `SET` still waits in node 2's batcher queue when the
+/// early release shortens the keys: the shortening must land after that `SET`, not overtake it
+/// (the `SET` would then keep the full TTL on node 2).
+#[tokio::test]
+async fn a_shortening_never_overtakes_the_set_still_queued_on_a_node() {
+    let (nodes, redlock) = local_with(3, |b| b).await;
+    let (r, key) = resource(&redlock, "hold-queued");
+    nodes.client_pause(2, 300).await.expect("CLIENT PAUSE");
+    // Two other locks: the first one's SET goes to node 2 at once, the second's in a batch
+    // behind it, so node 2's batcher is waiting for an answer when our SET is queued.
+    for k in 0..2 {
+        let (redlock, other) = (redlock.clone(), format!("{r}-busy{k}"));
+        tokio::spawn(async move { redlock.try_acquire(other.as_str(), SECOND).await });
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+    }
+    let options = AcquireOptions::new().hold_at_least(3 * SECOND);
+    let lock = redlock
+        .acquire_using(r.as_str(), 60 * SECOND, &options)
+        .await
+        .expect("acquire");
+    lock.release().await.expect("release");
+    let shortened = eventually(10 * SECOND, || async {
+        let left = nodes.pttl(2, &key).await.expect("PTTL");
+        (-2..=3_000).contains(&left)
+    })
+    .await;
+    assert!(
+        shortened,
+        "node 2: PTTL {} (the shortening overtook the SET)",
+        nodes.pttl(2, &key).await.expect("PTTL")
+    );
 }

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use fredlock::{ElectOptions, Error, InvalidInput, Retry, MAX_VALUE_LEN};
+use fredlock::{ElectOptions, Election, Error, InvalidInput, Retry, Role, Term, MAX_VALUE_LEN};
 use fredlock_testkit::{Fault, LocalNodes};
 use tokio::time::Instant;
 
@@ -47,6 +47,43 @@ async fn every_term_has_a_growing_number_and_anyone_can_read_the_leader() {
         // Resigned: the term is over for every reader at once.
         assert_eq!(redlock.leader_of(&resource).await.expect("read"), None);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_see_the_leaders_owner_label() {
+    let (nodes, candidate) = common::local_with(3, |b| b.retry(RETRY).owner_label("sched-a")).await;
+    // A reader with a label of its own: what it shows is the leader's, not its own.
+    let reader = common::build(nodes.urls(), |b| b.owner_label("reader")).await;
+    let resource = common::unique("label");
+    let observer = reader.observe(&resource).await.expect("observe");
+    let mut rx = observer.watch();
+    let election = candidate
+        .elect(resource.as_str(), Duration::from_secs(30))
+        .expect("elect");
+    let term = election.leader().await;
+    let leader = reader
+        .leader_of(&resource)
+        .await
+        .expect("read")
+        .expect("a leader");
+    assert_eq!(leader.term, term.number());
+    assert_eq!(leader.label.as_deref(), Some("sched-a"));
+    // The observer shows the same leader, label included.
+    let seen = tokio::time::timeout(
+        Duration::from_secs(10),
+        rx.wait_for(|l| l.as_ref().is_some_and(|l| l.term == term.number())),
+    )
+    .await
+    .expect("the observer shows the term within 10 s")
+    .expect("observing")
+    .clone();
+    assert_eq!(seen.and_then(|l| l.label).as_deref(), Some("sched-a"));
+    // And inspect agrees: the same label on the lock key.
+    let held = reader.inspect(&resource).await.expect("inspect");
+    let holder = held.holder().expect("held");
+    assert_eq!(holder.label.as_deref(), Some("sched-a"));
+    election.resign().await;
+    observer.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -216,6 +253,63 @@ async fn the_health_check_fails_when_renewals_stop() {
         p.set(Fault::Pass);
     }
     election.resign().await;
+}
+
+/// The next term of `election` numbered above `after` (fails the test after 10 s).
+async fn term_after(election: &Election, after: u64) -> Term {
+    let mut role = election.watch();
+    let next = async {
+        loop {
+            if let Some(t) = role
+                .borrow_and_update()
+                .term()
+                .filter(|t| t.number() > after)
+            {
+                return t.clone();
+            }
+            role.changed().await.expect("the campaign runs");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), next)
+        .await
+        .expect("a new term within 10 s")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn role_changes_show_every_term_in_order_where_the_watch_shows_the_latest() {
+    let (_nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
+    let resource = common::unique("changes");
+    let election = redlock
+        .elect(resource.as_str(), Duration::from_secs(1))
+        .expect("elect");
+    let mut changes = election.role_changes();
+    let watch = election.watch();
+    // Three terms: the lock is broken twice; each time the keep-alive's next extension finds it
+    // gone, the participant steps down and campaigns again.
+    let mut held = vec![election.leader().await.number()];
+    for _ in 0..2 {
+        redlock.force_release(&resource).await.expect("break");
+        let last = held[held.len() - 1];
+        held.push(term_after(&election, last).await.number());
+    }
+    election.resign().await;
+    // The watch, not looked at meanwhile, shows only the latest role.
+    assert_eq!(*watch.borrow(), Role::Follower);
+    // The changes: the current role first, then every value, in order, until the campaign
+    // ended: each term (its extensions are the same term again), a step down after each.
+    let mut seen: Vec<Option<u64>> = Vec::new();
+    while let Some(role) = changes.recv().await {
+        let now = role.term().map(Term::number);
+        if seen.last() != Some(&now) {
+            seen.push(now);
+        }
+    }
+    // (The first term is normally won after the call, but it may already stand.)
+    if seen.first() == Some(&None) {
+        seen.remove(0);
+    }
+    let expected: Vec<Option<u64>> = held.iter().flat_map(|&n| [Some(n), None]).collect();
+    assert_eq!(seen, expected, "terms held: {held:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use fredlock::{AcquireOptions, Error, NodeErrorKind, Redlock, Retry};
+use fredlock::{AcquireOptions, Error, LostReason, NodeErrorKind, Redlock, Retry};
 use fredlock_testkit::{LocalNodes, RespValue, Server};
 
 const PASSWORD: &str = "app-secret-1";
@@ -164,6 +164,61 @@ async fn valkey_native_extend_never_revives_nor_steals() {
     assert!(matches!(err, Error::NotHeld { .. }), "{err:?}");
     let other = nodes.command(2, &["GET", &key]).await.expect("GET");
     assert_eq!(other, RespValue::Bulk(Some(b"someone-else".to_vec())));
+    redlock.close().await;
+}
+
+/// A batched keep-alive without scripts: each node extends a batch with one pipeline of
+/// `SET ... IFEQ`, answered per lock. A lock taken over on two nodes is lost (`TokenGone`), one
+/// whose key became a list on two nodes (WRONGTYPE) is lost when its deadline passes, and the
+/// other locks of the same batches stay held and extended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey_batched_keep_alive_without_scripts_answers_each_lock() {
+    let nodes = LocalNodes::start_on(Server::Valkey, 3)
+        .await
+        .expect("valkey nodes");
+    user_without_scripts(&nodes, 0..3).await;
+    let redlock = build(app_urls(&nodes), Retry::default())
+        .await
+        .expect("build");
+    let ttl = Duration::from_secs(2);
+    let names: Vec<String> = (0..40).map(|i| format!("batch:{i}")).collect();
+    let acquired =
+        futures::future::join_all(names.iter().map(|n| redlock.acquire(n.as_str(), ttl)));
+    let locks: Vec<_> = acquired
+        .await
+        .into_iter()
+        .map(|l| l.expect("acquire"))
+        .collect();
+    let (taken, wrong) = (7, 23);
+    for i in [0, 1] {
+        let key = redlock.key(&names[taken]);
+        nodes
+            .command(i, &["SET", &key, "someone-else"])
+            .await
+            .expect("SET");
+        let key = redlock.key(&names[wrong]);
+        nodes.command(i, &["DEL", &key]).await.expect("DEL");
+        nodes
+            .command(i, &["RPUSH", &key, "not-a-lock"])
+            .await
+            .expect("RPUSH");
+    }
+    let guards: Vec<_> = locks.into_iter().map(|l| l.keep_alive()).collect();
+    assert_eq!(guards[taken].lost().await, LostReason::TokenGone);
+    assert_eq!(guards[wrong].lost().await, LostReason::Expired);
+    for (i, g) in guards.iter().enumerate() {
+        if i == taken || i == wrong {
+            continue;
+        }
+        let handle = g.handle();
+        while handle.extensions() < 3 {
+            handle.changed().await.expect("kept alive");
+        }
+    }
+    for (i, g) in guards.into_iter().enumerate() {
+        let released = g.release().await;
+        assert_eq!(released.is_ok(), i != taken && i != wrong, "lock {i}");
+    }
     redlock.close().await;
 }
 

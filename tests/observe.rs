@@ -239,3 +239,36 @@ async fn candidates_and_observers_agree_through_handovers() {
         e.resign().await;
     }
 }
+
+/// An observer started while a leader leads: `watch()` hands a receiver that has seen the
+/// current leader, so its first `changed()` is the next change, not the value `borrow()`
+/// already shows (it used to resolve at once with the same leader).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_change_is_a_change() {
+    let (nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
+    let watcher = common::build(nodes.urls(), |b| b).await;
+    let resource = common::unique("first-change");
+    let a = redlock
+        .elect_with_options(
+            resource.as_str(),
+            LONG_TTL,
+            ElectOptions::default().value("a"),
+        )
+        .expect("elect");
+    a.leader().await;
+    let observer = watcher.observe(&resource).await.expect("observe");
+    let mut rx = observer.watch();
+    assert!(value_is("a")(&rx.borrow()), "{:?}", *rx.borrow());
+    assert!(
+        !rx.has_changed().expect("observer running"),
+        "the first change repeats the leader borrow() shows"
+    );
+    a.proclaim("a2").await.expect("proclaim");
+    tokio::time::timeout(Duration::from_secs(5), rx.changed())
+        .await
+        .expect("proclaim shown")
+        .expect("observer running");
+    assert!(value_is("a2")(&rx.borrow_and_update()));
+    a.resign().await;
+    observer.close().await;
+}

@@ -305,6 +305,6 @@ async fn permits_and_leaders_carry_the_label() {
     let seen = redlock.inspect(&name).await.expect("inspect");
     let h = seen.holder().expect("held");
     assert_eq!(h.label.as_deref(), Some("pool member"));
-    assert!(h.has_token(&term.token));
+    assert!(h.has_token(term.token()));
     election.resign().await;
 }

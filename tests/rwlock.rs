@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use fredlock::{Error, InvalidInput};
+use fredlock::{Error, HeldBy, InvalidInput};
 use fredlock_testkit::checker::{Checker, GrantKind, ViolationKind};
 use tokio::time::Instant;
 
@@ -74,6 +74,50 @@ async fn readers_share_and_a_writer_is_alone() {
     let w2 = rw.write(10 * SECOND).await.expect("write");
     assert!(w2.fencing_token().expect("fencing") > first);
     w2.release().await.expect("release");
+}
+
+/// A refused acquire says who was in the way: a writer refused by readers says readers hold
+/// the lock (it used to say only "held by someone else"), a writer refused by a writer says a
+/// writer, a reader says a writer holds or waits for it.
+#[tokio::test]
+async fn a_refusal_says_whether_readers_or_a_writer_hold_it() {
+    let env = env(3).await;
+    let rw = env.redlock.rwlock(unique("rw-who")).expect("rwlock");
+    let held_by = |r: Result<_, Error>| match r {
+        Err(Error::Contended { held_by, .. }) => Some(held_by),
+        _ => None,
+    };
+    let reader = rw.read(10 * SECOND).await.expect("read");
+    let refused = rw.write_with(10 * SECOND, Duration::ZERO).await.map(drop);
+    let text = refused.as_ref().map_err(ToString::to_string).err();
+    assert_eq!(held_by(refused), Some(HeldBy::Readers), "{text:?}");
+    assert!(
+        text.as_ref().is_some_and(|t| t.contains("held by readers")),
+        "{text:?}"
+    );
+    reader.release().await.expect("release");
+
+    let writer = rw.write(10 * SECOND).await.expect("write");
+    let refused = rw.write_with(10 * SECOND, Duration::ZERO).await.map(drop);
+    assert_eq!(held_by(refused), Some(HeldBy::Writer));
+    let refused = rw.read_with(10 * SECOND, Duration::ZERO).await.map(drop);
+    assert_eq!(held_by(refused), Some(HeldBy::WriterHoldsOrWaits));
+    writer.release().await.expect("release");
+
+    // A plain lock says someone else.
+    let r = unique("plain-who");
+    let held = env
+        .redlock
+        .acquire(r.as_str(), 10 * SECOND)
+        .await
+        .expect("acquire");
+    let refused = env
+        .redlock
+        .acquire_with(r.as_str(), 10 * SECOND, Duration::ZERO)
+        .await
+        .map(drop);
+    assert_eq!(held_by(refused), Some(HeldBy::SomeoneElse));
+    held.release().await.expect("release");
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use fredlock::{ElectOptions, Leader, Redlock};
 use serde_json::{json, Value};
+use tokio::time::Instant;
 
 use crate::child::{self, Signals};
 use crate::duration::show;
@@ -23,8 +24,11 @@ pub struct LeaderOptions {
     pub value: String,
     /// `--priority`: a higher one takes over from a lower leader.
     pub priority: u32,
-    /// `--no-quorum-timeout`: give up (exit 69) when no quorum answered for this long.
+    /// `--no-quorum-timeout`: give up (exit 69) when no quorum answered for this long (the
+    /// connect wait included).
     pub no_quorum: Duration,
+    /// When fredlock began to connect (the `--no-quorum-timeout` clock starts there).
+    pub connecting_since: Instant,
     pub cmd: Vec<OsString>,
 }
 
@@ -46,6 +50,8 @@ pub async fn leader(redlock: &Redlock, o: LeaderOptions) -> i32 {
         Err(e) => return exit::fail(&e),
     };
     nodes::warn_at_start(redlock, &o.name).await;
+    // The connect wait counts towards the first wait for a quorum only.
+    let mut connecting_since = Some(o.connecting_since);
     loop {
         let term = tokio::select! {
             term = election.leader() => term,
@@ -53,7 +59,7 @@ pub async fn leader(redlock: &Redlock, o: LeaderOptions) -> i32 {
                 election.resign().await;
                 return 128 + sig;
             }
-            why = nodes::no_quorum_for(redlock, &o.name, o.no_quorum) => {
+            why = nodes::no_quorum_for(redlock, &o.name, o.no_quorum, connecting_since.take()) => {
                 election.resign().await;
                 eprintln!("fredlock: {:?}: {why}", o.name);
                 return exit::UNAVAILABLE;
@@ -162,7 +168,7 @@ pub async fn inspect_election(redlock: &Redlock, name: &str) -> (Option<String>,
                 l.term,
                 show(l.remaining())
             )),
-            json!({"value": l.value, "term": l.term}),
+            json!({"value": l.value, "term": l.term, "label": l.label}),
         ),
         Ok(None) => (None, Value::Null),
         Err(e) => (Some(format!("election: unknown ({e})")), Value::Null),

@@ -38,7 +38,8 @@ EXIT CODES:
   2            health: no quorum of distinct servers reachable
   64           bad usage or input (no nodes, bad URL, label or duration; break without --yes)
   69           nodes unavailable: too few answered to form a quorum (inspect, break); run,
-               leader: no quorum answered for --no-quorum-timeout (10s)
+               leader: no quorum answered for --no-quorum-timeout (10s, counted from
+               the start: the connect wait is part of it)
   70           internal error
   75           run, acquire: the lock is held by someone else (--no-wait, or --wait ran out);
                --conflict-exit-code changes it
@@ -80,7 +81,8 @@ enum Command {
     /// FREDLOCK_LEADER_VALUE.
     Leader(LeaderArgs),
     /// Print who leads the election NAME as one JSON line, then one more on every change,
-    /// until interrupted: {"leader": {"value": ..., "term": ...}} or {"leader": null}.
+    /// until interrupted: {"leader": {"value": ..., "term": ..., "label": ..., "ttl_ms": ...}}
+    /// (label: the leader's owner label, as `leader --label` set it) or {"leader": null}.
     Observe(ObserveArgs),
     /// Show who holds NAME on each node: owner label, token fingerprint, TTL left, verdict.
     Inspect(InspectArgs),
@@ -103,14 +105,16 @@ struct LockArgs {
     /// Lock TTL; the lock is extended while CMD runs (e.g. 30s, 1m30s, 500ms).
     #[arg(long, default_value = "30s", value_parser = duration::parse)]
     ttl: Duration,
-    /// Owner label stored with the lock, shown by `inspect` (default: host:pid).
+    /// Owner label stored with the lock, shown by `inspect` (and for `leader`, by `observe`)
+    /// (default: host:pid).
     #[arg(long, env = "FREDLOCK_LABEL")]
     label: Option<String>,
     /// After SIGTERM, how long CMD has to exit before SIGKILL.
     #[arg(long, default_value = "5s", value_parser = duration::parse)]
     kill_after: Duration,
     /// Exit 69 when no quorum of nodes has answered for this long while waiting (nodes down,
-    /// refusing connections or credentials); the causes are printed at once.
+    /// refusing connections or credentials), counted from the start: the connect wait (up to
+    /// 2s) is part of it. The causes are printed at once.
     #[arg(long, default_value = "10s", value_parser = duration::parse)]
     no_quorum_timeout: Duration,
 }
@@ -126,8 +130,8 @@ struct RunArgs {
     #[arg(long)]
     no_wait: bool,
     /// Keep the lock at least this long after acquiring it, even when CMD finishes sooner
-    /// (cron de-duplication: replicas firing the same job a little later find it held). A
-    /// shorter --ttl is raised to it.
+    /// (cron de-duplication: replicas firing the same job a little later find it held). At
+    /// most --ttl (a longer one is refused with exit 64: give --ttl at least this long).
     #[arg(long, value_parser = duration::parse, value_name = "DURATION")]
     hold_at_least: Option<Duration>,
     /// Exit code when the lock is held by someone else.
@@ -187,7 +191,8 @@ struct BreakArgs {
 
 #[derive(Args, Debug)]
 struct HealthArgs {
-    /// Print JSON.
+    /// Print one JSON object (fields: docs/operations.md). A node's "answered" is true when it
+    /// answered with the error (up but unusable, e.g. NOPERM), false when it did not answer.
     #[arg(long)]
     json: bool,
     /// Per-node bound on each check.
@@ -255,6 +260,18 @@ async fn cmd_run(common: &Common, args: RunArgs) -> i32 {
     } else {
         args.wait.unwrap_or(Duration::MAX)
     };
+    let connecting_since = tokio::time::Instant::now();
+    if let Some(at_least) = args.hold_at_least.filter(|&a| a > args.lock.ttl) {
+        // As the library's InvalidInput::HoldLongerThanTtl: the TTL is never raised behind the
+        // user's back (it is also how long a crashed fredlock keeps everyone else out).
+        eprintln!(
+            "fredlock: --hold-at-least {} is longer than --ttl {}: the lock would expire with its TTL, before the minimum; give --ttl {} or more",
+            duration::show(at_least),
+            duration::show(args.lock.ttl),
+            duration::show(at_least)
+        );
+        return exit::USAGE;
+    }
     let redlock = match connect(common, args.lock.label.as_deref()).await {
         Ok(redlock) => redlock,
         Err(code) => return code,
@@ -266,6 +283,7 @@ async fn cmd_run(common: &Common, args: RunArgs) -> i32 {
         hold_at_least: args.hold_at_least,
         kill_after: args.lock.kill_after,
         no_quorum: args.lock.no_quorum_timeout,
+        connecting_since,
         conflict: args.conflict_exit_code,
         cmd: args.cmd,
     };
@@ -276,6 +294,7 @@ async fn cmd_run(common: &Common, args: RunArgs) -> i32 {
 
 /// `fredlock leader`: the options from the arguments, a Redlock, CMD while elected.
 async fn cmd_leader(common: &Common, args: LeaderArgs) -> i32 {
+    let connecting_since = tokio::time::Instant::now();
     let redlock = match connect(common, args.lock.label.as_deref()).await {
         Ok(redlock) => redlock,
         Err(code) => return code,
@@ -287,6 +306,7 @@ async fn cmd_leader(common: &Common, args: LeaderArgs) -> i32 {
         value: args.value,
         priority: args.priority,
         no_quorum: args.lock.no_quorum_timeout,
+        connecting_since,
         cmd: args.cmd,
     };
     let code = elect::leader(&redlock, options).await;

@@ -61,10 +61,25 @@ pub async fn warn_at_start(redlock: &Redlock, name: &str) {
 /// Resolves when no quorum of nodes has answered for `bound` (checked every
 /// [`CHECK_EVERY`]), with the message to print; never while a quorum answers. Says on stderr
 /// at once when a check finds no quorum, with each node's cause.
-pub async fn no_quorum_for(redlock: &Redlock, name: &str, bound: Duration) -> String {
+///
+/// `connecting_since`: when fredlock began to connect, for the first call after connecting.
+/// If the first check finds no quorum, the bound counts from then: `build()` has waited up to
+/// its connect wait (2 s) for a quorum already, and `--no-quorum-timeout 10s` means 10 s in
+/// all, not 12. `None`: from the first check that finds no quorum.
+pub async fn no_quorum_for(
+    redlock: &Redlock,
+    name: &str,
+    bound: Duration,
+    connecting_since: Option<Instant>,
+) -> String {
     let mut since: Option<Instant> = None;
+    let mut first_check = true;
     loop {
         let checked_at = Instant::now();
+        let counted_from = match connecting_since {
+            Some(t) if std::mem::take(&mut first_check) => t,
+            _ => checked_at,
+        };
         if let Ok(seen) = redlock.inspect(name).await {
             let failed = failures(&seen);
             let ok = seen.nodes.len() - failed.len();
@@ -79,14 +94,15 @@ pub async fn no_quorum_for(redlock: &Redlock, name: &str, bound: Duration) -> St
                     seen.quorum,
                     causes(&failed)
                 );
-                let first = *since.get_or_insert(checked_at);
+                let newly = since.is_none();
+                let first = *since.get_or_insert(counted_from);
                 if checked_at.duration_since(first) >= bound {
                     return format!(
                         "no quorum of nodes answered for {} (--no-quorum-timeout): {what}",
                         show(bound)
                     );
                 }
-                if first == checked_at {
+                if newly {
                     eprintln!(
                         "fredlock: cannot reach a quorum of nodes ({what}); giving up after {} without one",
                         show(bound)

@@ -5,6 +5,7 @@ use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use fredlock::{AcquireOptions, Error, KeepAlive, Lock, Redlock, Verdict};
+use tokio::time::Instant;
 
 use crate::child::{self, Child, Signals};
 use crate::duration::show;
@@ -20,8 +21,10 @@ pub struct RunOptions {
     /// Keep the lock at least this long from its acquisition, whenever CMD exits.
     pub hold_at_least: Option<Duration>,
     pub kill_after: Duration,
-    /// Exit 69 when no quorum answered for this long while waiting.
+    /// Exit 69 when no quorum answered for this long while waiting (the connect wait included).
     pub no_quorum: Duration,
+    /// When fredlock began to connect (the `--no-quorum-timeout` clock starts there).
+    pub connecting_since: Instant,
     pub conflict: i32,
     pub cmd: Vec<OsString>,
 }
@@ -56,11 +59,10 @@ pub async fn run(redlock: &Redlock, o: RunOptions) -> i32 {
 /// exit code (a signal, no quorum for `--no-quorum-timeout`, held by someone else, an error).
 async fn acquire(redlock: &Redlock, o: &RunOptions, signals: &mut Signals) -> Result<Lock, i32> {
     let mut options = AcquireOptions::new().wait(o.wait);
-    let mut ttl = o.ttl;
+    let ttl = o.ttl;
     if let Some(at_least) = o.hold_at_least {
+        // At most the TTL (checked with the arguments; the acquire refuses it too).
         options = options.hold_at_least(at_least);
-        // The minimum never outlasts the TTL: a shorter TTL is raised to it.
-        ttl = ttl.max(at_least);
     }
     let terminal = std::io::stderr().is_terminal();
     nodes::warn_at_start(redlock, &o.name).await;
@@ -74,7 +76,7 @@ async fn acquire(redlock: &Redlock, o: &RunOptions, signals: &mut Signals) -> Re
                 return Err(128 + sig);
             }
             // Waiting is for the lock, not for nodes that are down.
-            why = nodes::no_quorum_for(redlock, &o.name, o.no_quorum), if !o.wait.is_zero() => {
+            why = nodes::no_quorum_for(redlock, &o.name, o.no_quorum, Some(o.connecting_since)), if !o.wait.is_zero() => {
                 clear_line(terminal);
                 eprintln!("fredlock: {:?}: {why}", o.name);
                 return Err(exit::UNAVAILABLE);

@@ -113,6 +113,53 @@ async fn observe_prints_one_json_line_per_change_and_inspect_shows_the_term() {
     assert_eq!(status.code(), Some(0));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_and_inspect_show_the_label_given_to_leader() {
+    let nodes = LocalNodes::start(3).await.expect("nodes");
+    let urls = nodes.urls();
+    let name = unique("label");
+    let mut observe = fredlock(&urls)
+        .args(["observe", &name])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn observe");
+    let mut lines = BufReader::new(observe.stdout.take().expect("stdout")).lines();
+    assert_eq!(next(&mut lines).await["leader"], serde_json::Value::Null);
+    let mut leader = fredlock(&urls)
+        .args([
+            "leader",
+            "--label",
+            "sched-a",
+            "--value",
+            "10.0.0.9:80",
+            &name,
+            "--",
+        ])
+        .args(["sleep", "60"])
+        .spawn()
+        .expect("spawn leader");
+    let line = next(&mut lines).await;
+    assert_eq!(line["leader"]["value"], "10.0.0.9:80", "{line}");
+    assert_eq!(line["leader"]["label"], "sched-a", "{line}");
+    let out = output({
+        let mut cmd = fredlock(&urls);
+        cmd.args(["inspect", "--json", &name]);
+        cmd
+    })
+    .await;
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(json["election"]["label"], "sched-a", "{json}");
+    assert_eq!(json["holder"]["label"], "sched-a", "{json}");
+
+    // SIGTERM goes on to CMD, whose exit ends the term: observe says so.
+    signal(leader.id().expect("pid"), SIGTERM);
+    assert_eq!(wait_exit(&mut leader, Duration::from_secs(20)).await, 143);
+    assert_eq!(next(&mut lines).await["leader"], serde_json::Value::Null);
+    signal(observe.id().expect("pid"), SIGINT);
+    assert_eq!(wait_exit(&mut observe, Duration::from_secs(10)).await, 0);
+}
+
 type Lines = tokio::io::Lines<BufReader<tokio::process::ChildStdout>>;
 
 /// The next JSON line `fredlock observe` prints (within 10 s).

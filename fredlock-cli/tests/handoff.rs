@@ -1,5 +1,6 @@
-//! End-to-end, the real `fredlock` binary: `run --hold-at-least` (cron de-duplication) and
-//! leases handed between processes (`acquire`, `extend --lease`, `release --lease`).
+//! End-to-end, the real `fredlock` binary: `run --hold-at-least` (cron de-duplication, and its
+//! refusal of a minimum longer than the TTL) and leases handed between processes (`acquire`,
+//! `extend --lease`, `release --lease`).
 
 mod support;
 
@@ -46,6 +47,36 @@ async fn a_cron_job_fired_twice_runs_once_with_hold_at_least() {
     let (runs, codes) = runs_of_a_job(&urls, None).await;
     assert_eq!(runs, 2, "exit codes {codes:?}");
     assert_eq!(codes, vec![0, 0]);
+}
+
+/// A minimum longer than the TTL is refused as the library refuses it (exit 64, CMD never
+/// run), against an explicit --ttl as against the default 30 s; the TTL is never raised.
+#[tokio::test]
+async fn a_minimum_longer_than_the_ttl_is_refused() {
+    let nodes = LocalNodes::start(3).await.expect("nodes");
+    let urls = nodes.urls();
+    let dir = Scratch::new("hold-long");
+    let file = dir.file("ran");
+    for ttl in [Some("10s"), None] {
+        let mut cmd = fredlock(&urls);
+        cmd.args(["run", "--no-wait", "--hold-at-least", "1m"]);
+        if let Some(ttl) = ttl {
+            cmd.args(["--ttl", ttl]);
+        }
+        cmd.arg(unique("hold-long")).arg("--").args([
+            "sh",
+            "-c",
+            &format!("echo ran >> '{}'", file.display()),
+        ]);
+        let out = output(cmd).await;
+        assert_eq!(code(&out), 64, "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("--hold-at-least 1m is longer than --ttl"),
+            "{err}"
+        );
+    }
+    assert!(!file.exists(), "CMD ran");
 }
 
 /// A deploy pipeline: step one takes the lock and prints its lease, exits; a later step (another

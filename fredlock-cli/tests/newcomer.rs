@@ -20,7 +20,7 @@ fn shown(nodes: &LocalNodes, i: usize) -> String {
 
 /// Before: with every node refusing connections and no `--wait`, `run` waited forever and
 /// printed nothing (and `leader` too). Now it says at once why (each node's cause) and exits
-/// 69 once no quorum answered for `--no-quorum-timeout` (default 10 s).
+/// 69 once no quorum answered for `--no-quorum-timeout` (default 10 s, from the start).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_quorum_run_and_leader_say_why_and_give_up() {
     let mut nodes = LocalNodes::start(3).await.expect("nodes");
@@ -65,6 +65,53 @@ async fn without_a_quorum_run_and_leader_say_why_and_give_up() {
             stderr(&out).contains("Connection refused"),
             "{sub}: {}",
             stderr(&out)
+        );
+    }
+}
+
+/// Before: `--no-quorum-timeout` counted from the end of the connect wait (2 s with every node
+/// refusing), so `run` and `leader` gave up 2 s late (12 s for the default 10 s). Now the
+/// connect wait is part of it. The bound is the feature, measured from the first notice (made
+/// right after the connect wait, so the process's start-up under load does not count): with a
+/// 4 s bound the exit came 4 s after it before, about 2 s after it now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_no_quorum_timeout_includes_the_connect_wait() {
+    let mut nodes = LocalNodes::start(3).await.expect("nodes");
+    let urls = nodes.urls();
+    for i in 0..3 {
+        nodes.kill(i).expect("kill");
+    }
+    let dir = Scratch::new("no-quorum-late");
+    for sub in ["run", "leader"] {
+        let errors = dir.file(&format!("{sub}.stderr"));
+        let mut cmd = fredlock(&urls);
+        cmd.args([
+            sub,
+            "--no-quorum-timeout",
+            "4s",
+            &unique("late"),
+            "--",
+            "true",
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&errors).expect("stderr file"));
+        let started = Instant::now();
+        let mut child = cmd.spawn().expect("spawn");
+        let noticed = eventually(Duration::from_secs(30), || {
+            read(&errors).contains("cannot reach a quorum")
+        })
+        .await;
+        assert!(noticed, "{sub}: {}", read(&errors));
+        let notice = Instant::now();
+        assert_eq!(wait_exit(&mut child, Duration::from_secs(30)).await, 69);
+        let (took, after_notice) = (started.elapsed(), notice.elapsed());
+        assert!(
+            took >= Duration::from_secs(4),
+            "{sub}: gave up after {took:?}"
+        );
+        assert!(
+            after_notice < Duration::from_millis(3_500),
+            "{sub}: gave up {after_notice:?} after the first notice: the connect wait was not counted"
         );
     }
 }

@@ -259,6 +259,18 @@ pub enum InvalidInput {
     /// monotonic clock.
     #[error("TTL {0:?} is too large (Redis takes at most 2^63-1 ms; a lock that long is never released by expiry)")]
     TtlTooLarge(Duration),
+    /// A minimum hold ([`AcquireOptions::hold_at_least`](crate::AcquireOptions::hold_at_least))
+    /// longer than the lock's TTL. The keys expire with the TTL, so the minimum could not be
+    /// kept; it is refused rather than silently cut to the TTL, and the TTL is never raised
+    /// behind the caller's back (the TTL is also how long a crashed holder keeps others out).
+    /// Pass a TTL of at least the minimum.
+    #[error("hold_at_least {hold_at_least:?} is longer than the TTL {ttl:?}: the keys would expire with the TTL, before the minimum; give a TTL of at least {hold_at_least:?}")]
+    HoldLongerThanTtl {
+        /// The minimum hold asked for.
+        hold_at_least: Duration,
+        /// The TTL asked for.
+        ttl: Duration,
+    },
     /// A TTL so short that the clock-drift allowance leaves no validity at all.
     #[error("TTL {ttl:?} leaves no validity after the drift allowance {drift:?}")]
     TtlTooShort {
@@ -323,10 +335,13 @@ pub enum InvalidInput {
 #[non_exhaustive]
 pub enum Error {
     /// Another holder kept (enough of) the keys through every attempt. Retry later, or give up.
-    #[error("lock {resources}: held by someone else after {attempts} attempt(s) ({votes})")]
+    #[error("lock {resources}: held by {held_by} after {attempts} attempt(s) ({votes})")]
     Contended {
         /// The resources asked for.
         resources: Names,
+        /// Who was in the way, as far as the refusals tell: another holder, or, for a
+        /// read-write lock, a writer or readers.
+        held_by: HeldBy,
         /// Attempts made (each attempt counts, 1 = a single try).
         attempts: u32,
         /// Per-node votes of the last attempt.
@@ -432,6 +447,37 @@ pub enum Error {
     /// The input or configuration was rejected before anything was sent.
     #[error("invalid input: {0}")]
     InvalidInput(#[from] InvalidInput),
+}
+
+/// Who kept an acquire out ([`Error::Contended`]), as far as the nodes' refusals tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HeldBy {
+    /// Another holder of the same lock (a lock, a semaphore's permits, an election's term).
+    SomeoneElse,
+    /// A read-write lock's write: a writer holds the write lock (readers may hold shares too).
+    Writer,
+    /// A read-write lock's write: readers hold shares, and no writer. The writer waits for the
+    /// shares to be released (or to expire); meanwhile its mark keeps new readers out.
+    Readers,
+    /// A read-write lock's read share: a writer holds the write lock, or waits for it (new
+    /// readers wait behind a waiting writer).
+    WriterHoldsOrWaits,
+}
+
+impl fmt::Display for HeldBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HeldBy::SomeoneElse => "someone else",
+            HeldBy::Writer => "a writer",
+            HeldBy::Readers => {
+                "readers (read shares, no writer: a write waits until they are released or expire)"
+            }
+            HeldBy::WriterHoldsOrWaits => {
+                "a writer, or a writer waiting for it (new readers wait behind a waiting writer)"
+            }
+        })
+    }
 }
 
 /// Which round of a lock an [`Error::Unavailable`] comes from.

@@ -160,6 +160,24 @@ pub(crate) fn set_nx(node: &str, reply: Result<Value, NodeError>) -> Vote {
     }
 }
 
+/// The read-write lock's write script's reply: as [`fenced_acquire`] for one key, and with a
+/// refusal (`{0, 1}` or `{0, 0}`) whether a writer was in the way (or only readers).
+pub(crate) fn rw_write(node: &str, reply: Result<Value, NodeError>) -> (Acquired, bool) {
+    if let Ok(Value::Array(parts)) = &reply {
+        match parts.as_slice() {
+            [Value::Integer(0), Value::Integer(w @ (0 | 1))] => {
+                return (Acquired::plain(Vote::Refused), *w == 1)
+            }
+            [Value::Integer(0), ..] => {
+                let what = "{0, 1} or {0, 0} for a refusal";
+                return (Acquired::plain(Vote::Failed(unexpected(node, what))), false);
+            }
+            _ => {}
+        }
+    }
+    (fenced_acquire(node, reply, 1), false)
+}
+
 /// The fenced acquire script's reply for `keys` keys: `{1, counter per key}` or `{0}`.
 pub(crate) fn fenced_acquire(node: &str, reply: Result<Value, NodeError>, keys: usize) -> Acquired {
     match reply {
@@ -403,6 +421,21 @@ mod tests {
         assert_eq!(set_nx("n", Ok(Value::Null)), Vote::Refused);
         assert!(is_unexpected(&set_nx("n", Ok(Value::from("QUEUED")))));
         assert!(is_unexpected(&fence_raised("n", Ok(Value::Integer(0)))));
+    }
+
+    #[test]
+    fn a_refused_write_says_whether_a_writer_was_there() {
+        let (a, writer) = rw_write("n", ints(&[0, 1]));
+        assert_eq!((a.vote, writer), (Vote::Refused, true));
+        let (a, writer) = rw_write("n", ints(&[0, 0]));
+        assert_eq!((a.vote, writer), (Vote::Refused, false));
+        assert!(is_unexpected(&rw_write("n", ints(&[0])).0.vote));
+        assert!(is_unexpected(&rw_write("n", ints(&[0, 2])).0.vote));
+        let (a, writer) = rw_write("n", ints(&[1, 7]));
+        assert_eq!(
+            (a.vote, a.counters, writer),
+            (Vote::Granted, Some(vec![7]), false)
+        );
     }
 
     #[test]

@@ -527,7 +527,8 @@ local live = 0
 local label = ''
 if lock and r[1] and lock == r[1] then
   live = 1
-  local sep = string.find(lock, '', 1, true)
+  -- The owner separator 0x1f (decimal 31) ends the token; the label follows it.
+  local sep = string.find(lock, '\31', 1, true)
   if sep then label = string.sub(lock, sep + 1) end
 end
 local y = redis.call('GET', KEYS[3]) or ''

@@ -66,16 +66,18 @@ return 1
 /// KEYS[4] (with fencing): the writer key's fencing counter.
 /// ARGV[1]: value, ARGV[2]: TTL in ms, ARGV[3]: this writer's waiting mark, ARGV[4]: the
 /// mark's TTL in ms, ARGV[5]: '1' to read the fencing counter.
-/// Reply: `{1, counter}` (0 without fencing; -1 when not a number) set; `{0}` refused.
+/// Reply: `{1, counter}` (0 without fencing; -1 when not a number) set; refused: `{0, 1}` when
+/// a writer holds the lock, `{0, 0}` when only readers do.
 pub(crate) const RW_WRITE: &str = r#"
-local busy = redis.call('EXISTS', KEYS[1]) == 1
+local writer = redis.call('EXISTS', KEYS[1])
+local busy = writer == 1
 for _, k in ipairs(redis.call('SMEMBERS', KEYS[3])) do
   if redis.call('EXISTS', k) == 1 then busy = true else redis.call('SREM', KEYS[3], k) end
 end
 if busy then
   local mark = redis.call('GET', KEYS[2])
   if not mark or mark == ARGV[3] then redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) end
-  return {0}
+  return {0, writer}
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local c = 0

@@ -27,7 +27,10 @@ pub use crate::hold::pacing::KeepAliveOptions;
 
 /// A cheap, clonable view of a kept-alive lock: its token, deadline and lost signal. Given to
 /// the closure of [`Redlock::with_lock`](crate::Redlock::with_lock); get one from [`KeepAlive::handle`].
-#[derive(Debug, Clone)]
+///
+/// `Debug` shows the resources, the label, the token's [`fingerprint`](LockHandle::fingerprint)
+/// and the status (validity left, extensions, why it was lost), never the token.
+#[derive(Clone)]
 pub struct LockHandle {
     tx: Shared,
     /// The lock's keys, token and resource names (shared with the lock, not copied).
@@ -37,7 +40,27 @@ pub struct LockHandle {
     fencing: Option<Arc<[u64]>>,
 }
 
+impl std::fmt::Debug for LockHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.debug_fields(&mut f.debug_struct("LockHandle"))
+    }
+}
+
 impl LockHandle {
+    /// The fields `Debug` shows of a handle and of its guard: public ones only (the token is a
+    /// secret: its fingerprint stands for it).
+    fn debug_fields(&self, d: &mut std::fmt::DebugStruct<'_, '_>) -> std::fmt::Result {
+        let lost = self.tx.borrow().lost;
+        d.field("resources", &self.held.resources)
+            .field("label", &self.label())
+            .field("fingerprint", &self.fingerprint())
+            .field("fencing_tokens", &self.fencing)
+            .field("remaining", &self.remaining())
+            .field("extensions", &self.extensions())
+            .field("lost", &lost)
+            .finish_non_exhaustive()
+    }
+
     /// Resolves when the lock is lost, with the reason, and at the latest at its current
     /// deadline. Its timer is set 2 ms before the deadline; tokio's timer works in whole
     /// milliseconds and fires on the first tick at or after its instant, so on a runtime that
@@ -187,11 +210,18 @@ impl LockHandle {
 /// per node (the default), or by a task of its own ([`KeepAliveOptions::batched`]).
 ///
 /// Dropping it stops the extension and releases the lock in the background.
+///
+/// `Debug` shows the same fields as its [`LockHandle`]'s, never the token.
 #[must_use = "dropping a KeepAlive releases the lock at once"]
-#[derive(Debug)]
 pub struct KeepAlive {
     handle: LockHandle,
     driver: Driver,
+}
+
+impl std::fmt::Debug for KeepAlive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.handle.debug_fields(&mut f.debug_struct("KeepAlive"))
+    }
 }
 
 /// A [`Lock::keep_alive_with`] call whose options were rejected: the error, and the lock, still

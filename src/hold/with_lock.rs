@@ -37,7 +37,8 @@ pub struct WithLock {
     /// policy alone.
     pub wait: Option<Duration>,
     /// Hold the lock at least this long from its acquisition, however soon the closure
-    /// returns (see [`AcquireOptions::hold_at_least`]); `None` = release at once.
+    /// returns (see [`AcquireOptions::hold_at_least`]); `None` = release at once. At most the
+    /// TTL: a longer one is refused ([`InvalidInput::HoldLongerThanTtl`](crate::InvalidInput::HoldLongerThanTtl)).
     pub hold_at_least: Option<Duration>,
 }
 

@@ -35,7 +35,7 @@ use fred::types::{ClusterHash, CustomCommand};
 
 use crate::base::error::{InvalidInput, NodeError, NodeErrorKind, Vote};
 use crate::base::scripts::Script;
-use crate::nodes::batch::Batch;
+use crate::nodes::batch::{Batch, OrderRef};
 pub(crate) use crate::nodes::batch::{Held, LineRef};
 use crate::nodes::cluster::Shards;
 use crate::nodes::connection::{self, options, Link, Servers, State};
@@ -44,6 +44,7 @@ pub(crate) use crate::base::reply::{Acquired, Queue, Slot};
 pub use fred::clients::Client;
 
 /// How a node reaches its data.
+#[derive(Clone)]
 pub(super) enum Backend {
     /// One server (or a sentinel group) behind one fred client.
     Server(Client),
@@ -266,7 +267,9 @@ impl Node {
     }
 
     /// One command with fredlock's options: fred's own timeout, one attempt, fail fast while the
-    /// connection is down.
+    /// connection is down. On a single server it leaves after everything this node's batcher
+    /// took before it (see `Batch::after_queued`): every command for a node leaves in the
+    /// order it was issued, batched or not.
     pub(super) async fn call(
         &self,
         cmd: &'static str,
@@ -274,39 +277,48 @@ impl Node {
         args: Vec<Value>,
         timeout: Duration,
     ) -> Result<Value, NodeError> {
-        let client = match &self.backend {
-            Backend::Server(client) => client,
-            Backend::Cluster(shards) => {
-                let Some(key) = args.get(key_offset).and_then(Value::as_str) else {
-                    return Err(NodeError {
-                        node: self.name.clone(),
-                        kind: NodeErrorKind::Client,
-                        message: format!("{cmd} without a key cannot be routed on a cluster"),
-                    });
-                };
-                let key = key.to_string();
-                // Boxed for the same reason as fred's futures below: the redirect loop holds
-                // fred futures, and every node future would otherwise carry them inline.
-                return Box::pin(shards.call(cmd, &key, args, timeout, None)).await;
-            }
-        };
-        let command = CustomCommand::new_static(cmd, ClusterHash::Offset(key_offset), false);
-        // Boxed: fred's command futures are ~5 KB and would otherwise be copied into every
-        // per-node future of every round (measured: the largest user-space cost per cycle).
-        Box::pin(
-            client
-                .with_options(&options(timeout))
-                .custom::<Value, Value>(command, args),
+        let order = self.batch.as_ref().map(Batch::order_ref);
+        send(
+            &self.backend,
+            order,
+            &self.state,
+            cmd,
+            key_offset,
+            args,
+            timeout,
         )
         .await
-        .map_err(|e| self.error(e))
     }
 
-    /// EVALSHA, and on NOSCRIPT an immediate EVAL on the same connection (so per-node order is
-    /// kept: a release still lands after this node's earlier commands). EVAL-only scripts are
-    /// always sent whole. `args(first)` builds the arguments after the script or its hash; it is
-    /// called again (rarely) for the EVAL fallback rather than cloned on every EVALSHA: the
-    /// extend script runs every renewal of every kept-alive lock.
+    /// This node's client for commands sent without [`call`](Self::call) (the native paths),
+    /// once everything its batcher took before has been handed to fred (see `call`); `None`
+    /// for a cluster node.
+    pub(super) async fn ordered_client(
+        &self,
+        timeout: Duration,
+    ) -> Option<Result<&Client, NodeError>> {
+        let Backend::Server(client) = &self.backend else {
+            return None;
+        };
+        if let Some(batch) = &self.batch {
+            if let Err(e) = batch.after_queued(timeout).await {
+                return Some(Err(e));
+            }
+        }
+        Some(Ok(client))
+    }
+
+    /// EVALSHA, and on NOSCRIPT an immediate EVAL on the same connection. EVAL-only scripts are
+    /// always sent whole. `args(first)` builds the arguments after the script or its hash.
+    ///
+    /// The one rule for late answers lives here: a script, once handed to fred, runs its whole
+    /// protocol whether or not its caller still waits (see `batch::Finish`): a round that
+    /// decided without this node, or a caller that gave up, never leaves a `NOSCRIPT` unanswered
+    /// (a shortening, a fencing counter's raise or an extension silently not done there). This
+    /// is safe because every script sent by hash only changes keys that already hold our
+    /// value, or raises a max-register: landing late, after later commands of ours, it acts on
+    /// nothing that is not ours. Scripts that may CREATE a key (the acquires, the batch, the
+    /// release) are `always_eval` and sent once, whole: never resent behind a clean-up.
     pub(super) async fn eval_with(
         &self,
         script: &Script,
@@ -320,14 +332,28 @@ impl Node {
             let reply = self.call("EVAL", 2, args(script.body), timeout).await;
             return crate::nodes::native::scripted(&self.state, reply);
         }
-        let reply = match self.call("EVALSHA", 2, args(&script.sha), timeout).await {
-            Err(e) if e.kind == NodeErrorKind::Server && e.message.contains("NOSCRIPT") => {
-                tracing::debug!(node = %self.name, "NOSCRIPT: resending the script with EVAL");
-                self.call("EVAL", 2, args(script.body), timeout).await
-            }
-            other => other,
+        let route = (
+            self.backend.clone(),
+            self.batch.as_ref().map(Batch::order),
+            self.state.clone(),
+        );
+        let (sha, body) = (args(&script.sha), script.body);
+        let name = self.name.clone();
+        let work = async move {
+            let (backend, order, state) = route;
+            let order = order.as_ref().map(|o| o.as_ref());
+            let mut eval = sha.clone();
+            let reply = match send(&backend, order, &state, "EVALSHA", 2, sha, timeout).await {
+                Err(e) if e.kind == NodeErrorKind::Server && e.message.contains("NOSCRIPT") => {
+                    tracing::debug!(node = %name, "NOSCRIPT: resending the script with EVAL");
+                    eval[0] = Value::from(body);
+                    send(&backend, order, &state, "EVAL", 2, eval, timeout).await
+                }
+                other => other,
+            };
+            crate::nodes::native::scripted(&state, reply)
         };
-        crate::nodes::native::scripted(&self.state, reply)
+        crate::nodes::batch::Finish::new(work).await
     }
 
     /// A script over `held`'s keys with ARGV = token (and `extra`).
@@ -404,10 +430,48 @@ impl Node {
             message: format!("a slot's reply lacked its {what}"),
         }
     }
+}
 
-    fn error(&self, e: fred::error::Error) -> NodeError {
-        self.state.error(&e)
+/// One command to `backend` with fredlock's options, behind `order` (the node's batcher queue,
+/// see `Node::call`).
+async fn send(
+    backend: &Backend,
+    order: Option<OrderRef<'_>>,
+    state: &Arc<State>,
+    cmd: &'static str,
+    key_offset: usize,
+    args: Vec<Value>,
+    timeout: Duration,
+) -> Result<Value, NodeError> {
+    let client = match backend {
+        Backend::Server(client) => client,
+        Backend::Cluster(shards) => {
+            let Some(key) = args.get(key_offset).and_then(Value::as_str) else {
+                return Err(NodeError {
+                    node: state.name.clone(),
+                    kind: NodeErrorKind::Client,
+                    message: format!("{cmd} without a key cannot be routed on a cluster"),
+                });
+            };
+            let key = key.to_string();
+            // Boxed for the same reason as fred's futures below: the redirect loop holds
+            // fred futures, and every node future would otherwise carry them inline.
+            return Box::pin(shards.call(cmd, &key, args, timeout, None)).await;
+        }
+    };
+    if let Some(order) = order {
+        order.after_queued(timeout).await?;
     }
+    let command = CustomCommand::new_static(cmd, ClusterHash::Offset(key_offset), false);
+    // Boxed: fred's command futures are ~5 KB and would otherwise be copied into every
+    // per-node future of every round (measured: the largest user-space cost per cycle).
+    Box::pin(
+        client
+            .with_options(&options(timeout))
+            .custom::<Value, Value>(command, args),
+    )
+    .await
+    .map_err(|e| state.error(&e))
 }
 
 /// `(name, addr)`: `host:port/db` and `host:port` for a centralized config, a descriptive form

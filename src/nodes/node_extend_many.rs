@@ -1,6 +1,7 @@
 //! Many locks' extensions on one node at once (a keepalive batch): one script call per TTL
-//! among the locks (and per hash slot on a cluster node), or one native `SET ... IFEQ` per lock
-//! where the server has it, each lock answered on its own.
+//! among the locks (and per hash slot on a cluster node), each lock answered on its own. Only
+//! where this node's user may not run scripts (and the server has `SET ... IFEQ`): one
+//! pipeline of a `SET ... IFEQ` per lock, written together under one deadline (see `native`).
 //!
 //! Owns: grouping a batch's locks into script calls and their arguments, and spreading the
 //! answers back per lock.
@@ -15,7 +16,7 @@ use fred::prelude::Value;
 use crate::base::error::Vote;
 use crate::base::reply;
 use crate::nodes::batch::Held;
-use crate::nodes::node::{all, Backend, Node};
+use crate::nodes::node::{all, Node};
 
 /// One lock's share of a batched extension (see [`Node::extend_many`]): its keys and token, and
 /// the TTL to set.
@@ -34,7 +35,8 @@ impl Node {
     /// every key's TTL if all still hold its token, never re-create a key), with one script call
     /// per TTL among the locks (usually one) on a single server, and one per TTL and hash slot
     /// on a cluster node (a cluster script stays in one slot; a lock whose keys span slots is
-    /// granted only if every slot granted). Returns one vote per lock, in batch order; a call
+    /// granted only if every slot granted). Where this user may not run scripts: one pipeline
+    /// of `SET ... IFEQ` (see `native`). Returns one vote per lock, in batch order; a call
     /// that failed (a timeout, a reset connection) fails every lock it carried, and one lock's
     /// bad key (WRONGTYPE) fails that lock alone.
     ///
@@ -104,16 +106,22 @@ impl Node {
             .collect()
     }
 
-    /// On a single server with `SET ... IFEQ` and only one-key locks in `batch`: one command
-    /// per lock (see `native`); `None` where the batched script does it.
+    /// On a single server whose user may not run scripts but has `SET ... IFEQ`, with only
+    /// one-key locks in `batch`: one pipeline of a command per lock (see `native`). `None`
+    /// wherever scripts may run: there the batched script does it in ONE call, where a
+    /// command per lock costs the client a message, a timer and a wake-up per lock.
     async fn extend_many_native(
         &self,
         batch: &[Extension],
         timeout: Duration,
     ) -> Option<Vec<Vote>> {
-        let Backend::Server(client) = &self.backend else {
-            return None;
+        let client = match self.ordered_client(timeout).await? {
+            Ok(client) => client,
+            Err(e) => return Some(batch.iter().map(|_| Vote::Failed(e.clone())).collect()),
         };
+        if !self.state.caps.lua_free_only() {
+            return None;
+        }
         let items = batch
             .iter()
             .map(|x| (x.held.keys.as_slice(), x.held.value.as_str(), x.ttl_ms));

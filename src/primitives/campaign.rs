@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::base::error::{Error, Names, Result};
@@ -21,12 +21,15 @@ use crate::rounds::lock::AcquireOptions;
 use crate::rounds::redlock::Redlock;
 
 /// One term of leadership.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// `Debug` shows the term number, the campaign value, the token's
+/// [`fingerprint`](Term::fingerprint) and the validity left, never the token.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Term {
     /// When this participant became leader (the acquire's start: validity counts from here).
     pub since: Instant,
-    /// The lock token of this term.
-    pub token: String,
+    /// The lock token of this term: a secret (see [`token`](Term::token)).
+    pub(crate) token: String,
     /// When leadership must stop being exercised: the lock's current deadline less the lost
     /// signal's 2 ms margin. Moves forward with every extension.
     pub valid_until: Instant,
@@ -35,6 +38,21 @@ pub struct Term {
     pub value: String,
     /// The term number (see [`fencing_token`](Term::fencing_token)).
     number: u64,
+}
+
+impl std::fmt::Debug for Term {
+    // The token is a secret (whoever knows it can release the leader's lock): its fingerprint.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Term")
+            .field("number", &self.number)
+            .field("value", &self.value)
+            .field("fingerprint", &self.fingerprint())
+            .field(
+                "remaining",
+                &self.valid_until.saturating_duration_since(Instant::now()),
+            )
+            .finish_non_exhaustive()
+    }
 }
 
 impl Term {
@@ -50,6 +68,22 @@ impl Term {
     /// The term number (the same as [`fencing_token`](Term::fencing_token)).
     pub fn number(&self) -> u64 {
         self.number
+    }
+
+    /// The secret token of the term's lock (as [`Lock::token`](crate::Lock::token)): whoever
+    /// knows it can release or extend the leader's lock, so keep it out of logs and messages
+    /// (show [`fingerprint`](Self::fingerprint) instead). Fencing needs the term number, not
+    /// this; it is for scripts of your own that check, on a node, that this term still holds
+    /// the lock key (the key holds the token, then [`SEPARATOR`](crate::SEPARATOR) and the label).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The token's public fingerprint (see [`Lock::fingerprint`](crate::Lock::fingerprint)):
+    /// what [`Redlock::inspect`] shows for the leader's lock, and what the
+    /// leader logs when it takes office.
+    pub fn fingerprint(&self) -> String {
+        crate::base::owner::fingerprint(&self.token)
     }
 }
 
@@ -84,8 +118,10 @@ pub(crate) struct Shared {
     pub(crate) resource: String,
     pub(crate) ttl: Duration,
     pub(crate) priority: u32,
-    /// The role every `watch()` receiver follows.
+    /// The role every `watch()` receiver follows. Changed only through `change_role`.
     pub(crate) role: watch::Sender<Role>,
+    /// Every `role_changes()` receiver still open: each is sent every value `role` takes.
+    pub(crate) changes: Mutex<Vec<mpsc::UnboundedSender<Role>>>,
     /// The campaign value to claim a term with (the last proclaimed one).
     pub(crate) value: Mutex<String>,
     /// The lock value of the current term and the version of its value (for proclaim);
@@ -93,6 +129,29 @@ pub(crate) struct Shared {
     pub(crate) lock_value: Mutex<Option<(String, u64)>>,
     /// When the leader's lock was last acquired or extended.
     pub(crate) renewed: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    /// Changes the role with `change` (which says whether it changed anything), notifies the
+    /// watch, and sends the new role to every `role_changes()` receiver. The `changes` lock is
+    /// held throughout, so that every receiver gets the values in the order the watch took them.
+    pub(crate) fn change_role(&self, change: impl FnOnce(&mut Role) -> bool) {
+        let mut changes = locked(&self.changes);
+        if self.role.send_if_modified(change) && !changes.is_empty() {
+            let role = self.role.borrow().clone();
+            changes.retain(|tx| tx.send(role.clone()).is_ok());
+        }
+    }
+
+    /// A receiver of the current role, then of every change (see `Election::role_changes`).
+    pub(crate) fn role_changes(&self) -> mpsc::UnboundedReceiver<Role> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut changes = locked(&self.changes);
+        // Under the lock: no change can come between the current role and the next change.
+        let _ = tx.send(self.role.borrow().clone());
+        changes.push(tx);
+        rx
+    }
 }
 
 /// How long one round of a campaign waits in line before it looks at its own state again (a
@@ -337,13 +396,17 @@ impl Campaign {
         if let Some(v) = vacant {
             crate::base::metrics::handover(&s.resource, v.elapsed());
         }
-        s.role.send_replace(Role::Leader(Term {
+        let term = Term {
             since,
             token: handle.token().to_string(),
             valid_until: crate::hold::keepalive::fire_at(handle.deadline()),
             value: lock_value_of(&s.value),
             number,
-        }));
+        };
+        s.change_role(|r| {
+            *r = Role::Leader(term);
+            true
+        });
         // Hold: follow extensions, step down the moment the lock is lost or a preferred
         // candidate asks.
         let ended = loop {
@@ -357,10 +420,12 @@ impl Campaign {
                 Ok(()) = changes.changed() => {
                     let deadline = changes.borrow_and_update().deadline;
                     *locked(&s.renewed) = Some(Instant::now());
-                    s.role.send_modify(|r| {
-                        if let Role::Leader(t) = r {
+                    s.change_role(|r| match r {
+                        Role::Leader(t) => {
                             t.valid_until = crate::hold::keepalive::fire_at(deadline);
+                            true
                         }
+                        Role::Follower => false,
                     });
                 }
                 () = state_changed(state.as_deref_mut()) => {
@@ -374,7 +439,10 @@ impl Campaign {
                 }
             }
         };
-        s.role.send_replace(Role::Follower);
+        s.change_role(|r| {
+            *r = Role::Follower;
+            true
+        });
         *locked(&s.lock_value) = None;
         crate::base::metrics::leading(&s.resource, false);
         crate::base::metrics::term_ended(&s.resource, ended);

@@ -7,14 +7,14 @@
 //! observer that runs late still never acts as leader past the lock's deadline:
 //! use [`Role::is_leader`], which checks the clock.
 //!
-//! Owns: [`Election`], [`ElectOptions`], the checks of the caller's options, the role watch as
-//! callers read it, proclaim. Must not: extend or release by itself (the keep-alive guard
+//! Owns: [`Election`], [`ElectOptions`], the checks of the caller's options, the role watch and
+//! the lossless log of role changes as callers read them, proclaim. Must not: extend or release by itself (the keep-alive guard
 //! does), or run the campaign (`campaign` does).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -70,13 +70,25 @@ pub const MAX_VALUE_LEN: usize = 64 * 1024;
 /// `role().is_leader() == true` at any instant (under Redlock's assumptions; a participant that
 /// pauses longer than the TTL between checking and acting is the case only fencing covers:
 /// every term carries a fencing token, [`Term::fencing_token`]).
-#[derive(Debug)]
+///
+/// `Debug` shows the resource, the priority and the current [`Role`] (whose [`Term`] shows the
+/// token's fingerprint, never the token).
 pub struct Election {
     role: watch::Receiver<Role>,
     failure: watch::Receiver<Option<Error>>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Election {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Election")
+            .field("resource", &self.shared.resource)
+            .field("priority", &self.shared.priority)
+            .field("role", &*self.role.borrow())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Redlock {
@@ -132,6 +144,7 @@ impl Redlock {
             ttl,
             priority: options.priority,
             role: role_tx,
+            changes: Mutex::default(),
             value: Mutex::new(options.value),
             lock_value: Mutex::new(None),
             renewed: Mutex::new(None),
@@ -156,6 +169,20 @@ impl Election {
     /// A receiver of every role change (and every extension of a term's validity).
     pub fn watch(&self) -> watch::Receiver<Role> {
         self.role.clone()
+    }
+
+    /// A receiver of every value the role takes from now on, in order and none skipped: the
+    /// current role first, then each term won ([`Role::Leader`]), each extension of its
+    /// validity and each proclaim (the same term, updated), each step down
+    /// ([`Role::Follower`]). [`watch`](Self::watch) keeps only the latest value, so a term won
+    /// and lost between two looks never shows there; this one is for a log or an audit of
+    /// every term (the election torture's recorder reads it).
+    ///
+    /// Ends (`recv` gives `None`) once the election is resigned or dropped and its campaign
+    /// has stopped. Cost: an unbounded channel, into which each change is cloned (while
+    /// leading, one per extension: a few per TTL); read it, or drop it.
+    pub fn role_changes(&self) -> mpsc::UnboundedReceiver<Role> {
+        self.shared.role_changes()
     }
 
     /// Why the campaign is failing, when it fails for a reason other than contention (every
@@ -284,7 +311,7 @@ impl Election {
         match written {
             Written::Done => {
                 *locked(&s.value) = value.clone();
-                s.role.send_if_modified(|r| match r {
+                s.change_role(|r| match r {
                     Role::Leader(t) if t.token == term.token => {
                         t.value = value;
                         true

@@ -285,6 +285,7 @@ impl Redlock {
         let report = ReleaseReport {
             votes: votes.clone(),
             elapsed: started.elapsed(),
+            left_to_expire: None,
         };
         match quorum::outcome(&votes.0) {
             Outcome::Reached => Ok(report),

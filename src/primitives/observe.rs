@@ -48,9 +48,13 @@ pub struct Observer {
 
 impl Observer {
     /// A receiver of every change of leader, term or value (`None`: no leader). Not woken by a
-    /// mere extension of the same term.
+    /// mere extension of the same term. The receiver has already seen the current leader: its
+    /// `borrow()` shows it (as [`current`](Self::current)), and its first `changed()` resolves
+    /// at the next change after this call, never with the value already shown.
     pub fn watch(&self) -> watch::Receiver<Option<Leader>> {
-        self.leader.clone()
+        let mut rx = self.leader.clone();
+        rx.mark_unchanged();
+        rx
     }
 
     /// The leader as last read (`None`: no valid term, or no read reached a quorum yet).

@@ -16,8 +16,10 @@
 //! Readers already in are not stopped: they delay the writer until they release, or until
 //! their TTL passes when they stop extending.
 //!
-//! Waiting uses the Redlock's [`Retry`](crate::Retry) policy (polling; a release sends no
-//! wake-up to waiting readers and writers).
+//! Waiting uses the Redlock's [`Retry`](crate::Retry) policy: readers and writers poll every
+//! node at its pace. Unlike plain locks and semaphores they do not wait in a wait line, and a
+//! release sends them no wake-up (a waiting writer still gets in ahead of new readers, through
+//! its mark).
 //!
 //! Owns: [`RwLock`], its guards, the read and write calls and their retry loop, inspect. The
 //! rounds themselves (one attempt, the downgrade) are `rwlock_round`'s.
@@ -56,10 +58,19 @@ pub struct ReadGuard {
 /// The write lock of a [`RwLock`]: a quorum lock on its writer key. Extend, release and keep it
 /// alive exactly like a [`Lock`]; dropping it releases it in the background.
 #[must_use = "dropping a WriteGuard releases it at once"]
-#[derive(Debug)]
 pub struct WriteGuard {
     lock: Lock,
     rw: RwLock,
+}
+
+impl std::fmt::Debug for WriteGuard {
+    // The lock (which never shows its token), not the Redlock behind it again.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteGuard")
+            .field("rwlock", &self.rw.name)
+            .field("lock", &self.lock)
+            .finish()
+    }
 }
 
 impl Redlock {
@@ -129,7 +140,9 @@ impl RwLock {
     }
 
     /// Takes a read share for `ttl`, retrying per the Redlock's [`Retry`] while a writer holds
-    /// or waits for the lock, or nodes fail. Errors as [`Redlock::acquire`].
+    /// or waits for the lock, or nodes fail. The retries poll (no wait line, no wake-up on a
+    /// release: see the module's docs). Errors as [`Redlock::acquire`];
+    /// [`Error::Contended`]'s `held_by` is [`HeldBy::WriterHoldsOrWaits`](crate::HeldBy::WriterHoldsOrWaits).
     ///
     /// Cancellation: dropping the future releases whatever the current attempt may have set,
     /// on every node, in the background.
@@ -164,8 +177,10 @@ impl RwLock {
 
     /// Takes the write lock for `ttl`, retrying per the Redlock's [`Retry`] while readers or
     /// another writer hold it, or nodes fail. While it waits, new readers are refused (readers
-    /// already in keep their shares until they release or expire). Errors as
-    /// [`Redlock::acquire`].
+    /// already in keep their shares until they release or expire). The retries poll (no wait
+    /// line, no wake-up on a release). Errors as [`Redlock::acquire`]; [`Error::Contended`]
+    /// says who was in the way in its `held_by`: [`HeldBy::Readers`](crate::HeldBy::Readers)
+    /// when only readers held it, [`HeldBy::Writer`](crate::HeldBy::Writer) when a writer did.
     ///
     /// Cancellation: dropping the future releases whatever the current attempt may have set,
     /// and this writer's waiting mark, on every node, in the background.
@@ -230,10 +245,10 @@ impl RwLock {
                     let mark_value = mark.as_ref().map(|m| m.value());
                     let failure = match self.rounds().attempt(side, &req, mark_value).await {
                         Ok(lock) => return Ok(lock),
-                        Err(Failure::Rejected(e)) => return Err(e.into()),
+                        Err((Failure::Rejected(e), _)) => return Err(e.into()),
                         Err(f) => f,
                     };
-                    if let Failure::Unavailable(votes) = &failure {
+                    if let (Failure::Unavailable(votes), _) = &failure {
                         let subject = format!("read-write lock {}", self.name);
                         let quorum = self.redlock.quorum();
                         if let Some(e) = crate::base::error::not_permitted(subject, votes, quorum) {

@@ -12,12 +12,12 @@ use std::time::Duration;
 use fred::prelude::Value;
 use tokio::time::Instant;
 
-use crate::base::error::{Error, Names, Result, Vote, Votes};
+use crate::base::error::{Error, HeldBy, Names, Result, Vote, Votes};
 use crate::base::reply::Acquired;
 use crate::nodes::node::Held;
 use crate::rounds::attempt::{fencing_tokens, Failure, Grant};
 use crate::rounds::lock::Lock;
-use crate::rounds::quorum::{self, fan_out, quorum_known, Late, Outcome};
+use crate::rounds::quorum::{self, fan_out, quorum_known, AsVote, Late, Outcome};
 use crate::rounds::redlock::{new_token, spawn_release, Redlock, RESERVED};
 
 /// Which side an attempt takes.
@@ -32,6 +32,19 @@ pub(crate) enum Side {
 pub(crate) struct RwRounds<'a> {
     pub(crate) redlock: &'a Redlock,
     pub(crate) name: &'a str,
+}
+
+/// One node's answer to an attempt: its vote (and counter), and, for a refused write, whether a
+/// writer was in the way (rather than only readers).
+struct RwAnswer {
+    acquired: Acquired,
+    writer: bool,
+}
+
+impl AsVote for RwAnswer {
+    fn as_vote(&self) -> &Vote {
+        &self.acquired.vote
+    }
 }
 
 /// One attempt's votes, and what it would hold, between its steps.
@@ -57,12 +70,13 @@ impl RwRounds<'_> {
     }
 
     /// One attempt of either side: one script call per node, a quorum grant or a clean-up.
+    /// Refused: why, and who was in the way (for the error once the caller gives up).
     pub(crate) async fn attempt(
         &self,
         side: Side,
         req: &crate::rounds::redlock::Request,
         mark: Option<&str>,
-    ) -> std::result::Result<Lock, Failure> {
+    ) -> std::result::Result<Lock, (Failure, HeldBy)> {
         let inner = &self.redlock.inner;
         let Plan {
             resource,
@@ -78,7 +92,7 @@ impl RwRounds<'_> {
         let t0 = Instant::now();
         let Some(deadline) = t0.checked_add(req.validity) else {
             guard.0 = None;
-            return Err(Failure::Expired(Duration::ZERO));
+            return Err((Failure::Expired(Duration::ZERO), HeldBy::SomeoneElse));
         };
         let (keys, argv) = (Arc::new(keys), Arc::new(argv));
         let creating: Arc<str> = Arc::from(value.as_str());
@@ -93,10 +107,14 @@ impl RwRounds<'_> {
             let name = node.name.clone();
             (n, async move {
                 let reply = call.await;
-                match side {
-                    Side::Read => Acquired::plain(crate::base::reply::vote(&name, reply)),
-                    Side::Write => crate::base::reply::fenced_acquire(&name, reply, 1),
-                }
+                let (acquired, writer) = match side {
+                    Side::Read => (
+                        Acquired::plain(crate::base::reply::vote(&name, reply)),
+                        false,
+                    ),
+                    Side::Write => crate::base::reply::rw_write(&name, reply),
+                };
+                RwAnswer { acquired, writer }
             })
         });
         let answers = fan_out(
@@ -108,16 +126,30 @@ impl RwRounds<'_> {
         )
         .await;
         let mut counters = Vec::new();
+        let mut writer = false;
         let votes = Votes(
             answers
                 .into_iter()
                 .map(|a| {
-                    let a = a.unwrap_or(Acquired::plain(Vote::Pending));
+                    let Some(RwAnswer {
+                        acquired: a,
+                        writer: w,
+                    }) = a
+                    else {
+                        counters.push(None);
+                        return Vote::Pending;
+                    };
+                    writer |= w;
                     counters.push(a.counters);
                     a.vote
                 })
                 .collect(),
         );
+        let held_by = match side {
+            Side::Read => HeldBy::WriterHoldsOrWaits,
+            Side::Write if writer => HeldBy::Writer,
+            Side::Write => HeldBy::Readers,
+        };
         crate::base::metrics::failures(&votes.0);
         let answered = Answered {
             resource,
@@ -128,7 +160,9 @@ impl RwRounds<'_> {
             votes,
             counters,
         };
-        self.settle(req, answered, guard).await
+        self.settle(req, answered, guard)
+            .await
+            .map_err(|failure| (failure, held_by))
     }
 
     /// The answers are in: a quorum's grant within the validity (with the writer's fencing
@@ -245,12 +279,19 @@ impl RwRounds<'_> {
         }
     }
 
-    /// The error for a call that gave up after `attempts` attempts, the last one `failure`.
-    pub(crate) fn failed(&self, failure: Failure, attempts: u32, ttl: Duration) -> Error {
+    /// The error for a call that gave up after `attempts` attempts, the last one `failure`
+    /// (contended: `held_by` was in the way).
+    pub(crate) fn failed(
+        &self,
+        (failure, held_by): (Failure, HeldBy),
+        attempts: u32,
+        ttl: Duration,
+    ) -> Error {
         let resources = Names(vec![self.name.to_string()]);
         match failure {
             Failure::Contended(votes) | Failure::Queued(votes, _) => Error::Contended {
                 resources,
+                held_by,
                 attempts,
                 votes,
             },

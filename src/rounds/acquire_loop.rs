@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::base::error::{Error, Names, Result};
+use crate::base::error::{Error, HeldBy, Names, Result};
 use crate::base::line::{Member, RENEW};
 use crate::nodes::node::Queue;
 use crate::rounds::attempt::{Failure, Turn};
@@ -111,6 +111,7 @@ impl Redlock {
         match failure {
             Failure::Contended(votes) | Failure::Queued(votes, _) => Error::Contended {
                 resources,
+                held_by: HeldBy::SomeoneElse,
                 attempts,
                 votes,
             },

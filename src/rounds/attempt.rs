@@ -394,7 +394,7 @@ impl Inner {
             .iter()
             .enumerate()
             .map(|(i, n)| (i, n.clone().raise_fence(fence.clone(), timeout)));
-        // A late raise only raises a counter further: nothing to finish.
+        // A late raise only raises a counter further; its NOSCRIPT resend is the node's.
         votes(
             fan_out(
                 self.nodes.len(),

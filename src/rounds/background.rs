@@ -134,9 +134,9 @@ pub(crate) fn spawn_release<R: Releaser>(
     }
 }
 
-/// Finishes, in a task, the releases of a clean-up that were still running when it returned,
-/// then retries the nodes where any of them failed (see [`retry_release`]); `failed` are the
-/// nodes whose release already failed.
+/// Finishes, in a task, the releases of a clean-up or of a lock (`Inner::release_all`) that
+/// were still running when its round returned, then retries the nodes where any of them failed
+/// (see [`retry_release`]); `failed` are the nodes whose release already failed.
 ///
 /// Why the answers matter: a release can fail AFTER it was handed to the connection (the
 /// connection reset, or on a Redis Cluster node a shard moved or failed), while the `SET` it
@@ -176,23 +176,6 @@ pub(crate) fn finish_release<R, F>(
     });
 }
 
-/// Retries, in a task, the release on the nodes where it failed (see [`retry_release`]).
-pub(crate) fn retry_failed<R: Releaser>(
-    inner: &Arc<R>,
-    held: &Arc<Held>,
-    votes: &Votes,
-    ttl: Duration,
-) {
-    let failed = failed_nodes(&votes.0);
-    if failed.is_empty() {
-        return;
-    }
-    if let Ok(rt) = tokio::runtime::Handle::try_current() {
-        let until = retry_until(&**inner, ttl);
-        rt.spawn(retry_release(inner.clone(), held.clone(), failed, until));
-    }
-}
-
 /// Until when retrying a release can remove keys set with `ttl`: a SET is written within its
 /// node timeout (fred skips it after that) and lives `ttl` from then.
 fn retry_until<R: Releaser>(inner: &R, ttl: Duration) -> Instant {
@@ -204,7 +187,7 @@ fn retry_until<R: Releaser>(inner: &R, ttl: Duration) -> Instant {
 
 /// Nodes whose release failed (an error or a timeout), and so may still hold the keys. A
 /// duplicate's answer never counts: it is left out.
-fn failed_nodes(votes: &[Vote]) -> Vec<usize> {
+pub(crate) fn failed_nodes(votes: &[Vote]) -> Vec<usize> {
     (0..votes.len()).filter(|&i| is_failed(&votes[i])).collect()
 }
 

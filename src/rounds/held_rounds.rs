@@ -16,7 +16,7 @@ use crate::nodes::node::Held;
 use crate::nodes::node_extend_many::Extension;
 use crate::rounds::background::{self, Background, Releaser};
 use crate::rounds::quorum::{
-    self, each_known, fan_out, item_votes, quorum_known, votes, Late, Outcome,
+    self, each_known, fan_out, fan_out_rest, item_votes, quorum_known, votes, Late, Outcome,
 };
 use crate::rounds::redlock::Inner;
 
@@ -69,18 +69,38 @@ impl Inner {
     /// release wakes the head of its wait line.) Nodes whose release failed are retried in the
     /// background (see [`background::retry_release`]): a release can fail at once while a late
     /// SET of the same lock still waits in fred's queue for that node.
+    ///
+    /// The releases still running when the quorum answered are awaited in the background too,
+    /// and retried where they fail (see [`background::finish_release`]). A late release is
+    /// not done just because fred took it: it can still fail without reaching the node (the
+    /// connection reset, or the node, frozen with the release unread, is killed), while the
+    /// lock's `SET` before it was applied there and, on a node that keeps its data, comes back
+    /// with it. Dropped unread, such a failure left our key there for its whole TTL; with
+    /// another node down, no acquire of the resource could get a quorum meanwhile. Sending it
+    /// again is safe: it deletes only our token, which no later command of ours stores (fresh
+    /// per acquisition), and it is queued behind everything this process sent the node before.
+    /// With a caller's token (repeated across acquisitions) a late release is not resent: it
+    /// could delete the caller's next lock.
     pub(crate) async fn release_all(self: &Arc<Self>, held: &Arc<Held>, ttl: Duration) -> Votes {
-        let votes = self
-            .release_round(held, (0..self.nodes.len()).collect(), quorum_known)
-            .await;
-        background::retry_failed(self, held, &votes, ttl);
+        let timeout = self.release_timeout();
+        let calls = (0..self.nodes.len())
+            .map(|i| (i, self.nodes[i].clone().release(held.clone(), timeout)));
+        let (answers, mut late) = fan_out_rest(self.nodes.len(), calls, quorum_known).await;
+        let votes = votes(answers);
+        crate::base::metrics::failures(&votes.0);
+        if held.custom {
+            late.clear();
+        }
+        background::finish_release(self, held, background::failed_nodes(&votes.0), late, ttl);
         votes
     }
 
     /// The release of a lock held for at least a minimum, before that minimum: every node lowers
     /// our keys' TTL to `ttl_ms` (never raising it) instead of deleting them, so they expire when
-    /// the minimum ends. Decided as soon as a quorum's answer is known; a node that missed it
-    /// keeps the keys until their TTL, which only holds the lock longer.
+    /// the minimum ends. Decided as soon as a quorum's answer is known; a late node still gets
+    /// its shortening (the node layer finishes a script's `NOSCRIPT` resend, and orders it
+    /// behind the lock's `SET`); a node that missed it keeps the keys until their TTL, which
+    /// only holds the lock longer.
     pub(crate) async fn shorten_all(&self, held: &Arc<Held>, ttl_ms: u64) -> Votes {
         let timeout = self.release_timeout();
         let calls = self

@@ -24,8 +24,10 @@ use crate::rounds::redlock::{spawn_release, Redlock, Resources, Retry};
 /// Dropping a `Lock` without [`release`](Lock::release) releases it in a background task (and
 /// says so in a `tracing` debug event); if no tokio runtime is running, the keys expire with their
 /// TTL. Prefer `release().await`, which also tells you whether you still held it.
+///
+/// `Debug` shows the resources, the label, the token's [`fingerprint`](Lock::fingerprint) and
+/// the validity left, never the token.
 #[must_use = "dropping a Lock releases it at once"]
-#[derive(Debug)]
 pub struct Lock {
     redlock: Redlock,
     /// Keys, token and resource names (shared with every per-node command of this lock).
@@ -51,6 +53,26 @@ pub struct ReleaseReport {
     pub votes: Votes,
     /// Time the release round took.
     pub elapsed: Duration,
+    /// What the release did with the keys. `None`: they were deleted (where `votes` says
+    /// `Granted`). `Some(left)`: the release came before the end of the
+    /// [`AcquireOptions::hold_at_least`] minimum, so nothing was deleted: the keys were left to
+    /// expire `left` after the release was sent (the rest of the minimum; where `votes` says
+    /// `Granted`, their TTL was lowered to it), and other acquires are refused until then.
+    pub left_to_expire: Option<Duration>,
+}
+
+impl std::fmt::Debug for Lock {
+    // The token is a secret (whoever knows it can release the lock): its fingerprint only.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("resources", &self.held.resources)
+            .field("label", &self.label())
+            .field("fingerprint", &self.fingerprint())
+            .field("fencing_tokens", &self.fencing)
+            .field("ttl", &self.ttl)
+            .field("remaining", &self.remaining())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Lock {
@@ -85,8 +107,9 @@ impl Lock {
         if left.is_zero() {
             return None;
         }
-        // Rounded up: the keys must not expire before the minimum. Never more than the TTL (the
-        // script would leave such keys alone anyway, and a huge value is no valid PEXPIRE).
+        // Rounded up: the keys must not expire before the minimum. Never more than the TTL
+        // (the minimum is at most the acquire's TTL, but an `extend` may have set a shorter one;
+        // the script never lengthens a key anyway).
         let ms = left.min(self.ttl).as_nanos().div_ceil(1_000_000);
         Some(u64::try_from(ms).unwrap_or(u64::MAX).max(1))
     }
@@ -248,8 +271,9 @@ impl Lock {
     ///
     /// With [`AcquireOptions::hold_at_least`], a release before `acquired_at + at_least` deletes
     /// nothing: every node lowers the keys' TTL so that they expire at that time (a key whose TTL
-    /// ends sooner keeps it; nothing is ever lengthened), and the votes say where our token was
-    /// still present. The lock counts as released for this handle at once either way.
+    /// ends sooner keeps it; nothing is ever lengthened), the votes say where our token was
+    /// still present, and [`ReleaseReport::left_to_expire`] says how long the keys have left.
+    /// The lock counts as released for this handle at once either way.
     ///
     /// Cancellation: dropping the future still releases (the release is finished in the
     /// background, as when a `Lock` is dropped).
@@ -260,7 +284,8 @@ impl Lock {
         let held = self.held.clone();
         // From here on, a drop of this future must still release: keep `self` armed until the
         // round has been sent and answered.
-        let votes = match self.hold_left_ms() {
+        let left_ms = self.hold_left_ms();
+        let votes = match left_ms {
             Some(ms) => {
                 tracing::Instrument::instrument(inner.shorten_all(&held, ms), span.clone()).await
             }
@@ -275,6 +300,7 @@ impl Lock {
         let report = ReleaseReport {
             votes: votes.clone(),
             elapsed,
+            left_to_expire: left_ms.map(Duration::from_millis),
         };
         span.in_scope(
             || tracing::debug!(%votes, elapsed_us = elapsed.as_micros() as u64, "released"),
@@ -384,10 +410,17 @@ impl AcquireOptions {
     /// released: for jobs that every replica fires at the same time (cron de-duplication), where
     /// a job that finishes in 50 ms and releases would let a replica whose clock is late run it
     /// again. A [`release`](Lock::release) (or drop) before `acquired_at + at_least` deletes
-    /// nothing: the keys are left to expire at that time, their TTL shortened to it (never
-    /// lengthened: with `at_least` longer than the TTL they expire with the TTL). A release after
-    /// it deletes the keys as usual. The handle reports the lock released at once either way,
-    /// and other acquires are refused until the keys expire. `Duration::ZERO`: no minimum.
+    /// nothing: the keys are left to expire at that time, their TTL shortened to it
+    /// ([`ReleaseReport::left_to_expire`] says so). A release after it deletes the keys as
+    /// usual. The handle reports the lock released at once either way, and other acquires are
+    /// refused until the keys expire. `Duration::ZERO`: no minimum.
+    ///
+    /// The minimum must not be longer than the TTL passed to the acquire: keys expire with
+    /// their TTL, so such a minimum could not be kept, and the acquire fails at once with
+    /// [`InvalidInput::HoldLongerThanTtl`](crate::InvalidInput::HoldLongerThanTtl) (nothing is
+    /// sent). The TTL is not raised for you: it is also how long a holder that crashes keeps
+    /// everyone else out, which is yours to choose. (`fredlock run --hold-at-least` applies the
+    /// same rule to its `--ttl`.)
     pub fn hold_at_least(mut self, at_least: Duration) -> Self {
         self.hold_at_least = Some(at_least);
         self
@@ -395,6 +428,13 @@ impl AcquireOptions {
 
     /// Checks the options and puts them into `req`.
     pub(crate) fn apply(&self, req: &mut crate::rounds::redlock::Request) -> Result<()> {
+        if let Some(at_least) = self.hold_at_least.filter(|&a| a > req.ttl) {
+            return Err(crate::base::error::InvalidInput::HoldLongerThanTtl {
+                hold_at_least: at_least,
+                ttl: req.ttl,
+            }
+            .into());
+        }
         if let Some(label) = &self.label {
             crate::base::owner::check_label(label)?;
             req.label = label.clone();

@@ -214,6 +214,46 @@ where
     answers
 }
 
+/// [`fan_out`] without a deadline that hands back, instead of finishing or dropping them, the
+/// calls still running when `decided` says the outcome is known (each polled at least once, so
+/// its command is handed to fred), for the caller to await in the background: a release whose
+/// answer still matters after the quorum answered (see `Inner::release_all`).
+/// Every call still running is polled again at every wake-up: meant for a few nodes.
+pub(crate) async fn fan_out_rest<T, F>(
+    nodes: usize,
+    calls: impl IntoIterator<Item = (usize, F)>,
+    mut decided: impl FnMut(&[Option<T>]) -> bool,
+) -> (Vec<Option<T>>, Vec<(usize, Pin<Box<F>>)>)
+where
+    F: Future<Output = T>,
+{
+    let mut answers: Vec<Option<T>> = (0..nodes).map(|_| None).collect();
+    let mut running: Vec<(usize, Pin<Box<F>>)> = calls
+        .into_iter()
+        .map(|(i, call)| (i, Box::pin(call)))
+        .collect();
+    // As in `fan_out_handed`: every call is polled before any decision (the first pass polls
+    // them all), and each pass harvests every answer that is in before deciding.
+    std::future::poll_fn(|cx| {
+        running.retain_mut(|(i, call)| match call.as_mut().poll(cx) {
+            Poll::Ready(answer) => {
+                if let Some(slot) = answers.get_mut(*i) {
+                    *slot = Some(answer);
+                }
+                false
+            }
+            Poll::Pending => true,
+        });
+        if running.is_empty() || decided(&answers) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    (answers, running)
+}
+
 /// The calls of a [`fan_out`] still running; with [`Late::Finish`], dropping it (the fan-out
 /// decided, or its caller dropped it half-way) moves them into a task that runs them to the end.
 ///
@@ -243,15 +283,22 @@ impl<G: Future + Send + 'static> Drop for Finishing<G> {
 }
 
 /// What [`fan_out`] does with commands still running when the outcome is known.
+///
+/// Only fred's per-command timeout depends on it: what a late command still NEEDS (a script's
+/// `EVAL` resend after `NOSCRIPT`, a release's answer) is finished by the node layer whatever
+/// the round chose (see `Node::eval_with`), so a round cannot lose a late write by choosing
+/// `Drop`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Late {
     /// Drive them to completion in a background task, so that fred's timeout stays in charge:
     /// a SET that times out before it is written is then skipped, never written after a
     /// reconnect; an EVALSHA answered NOSCRIPT is resent. For acquire and extend.
     Finish,
-    /// Drop them: the commands already handed to fred still run, in order, and a late answer
-    /// needs no follow-up (a late release or read changes nothing). For release and inspect:
-    /// saves a task spawn per round.
+    /// Drop them: the commands already handed to fred still run, in order, and what a late
+    /// answer needs from the protocol (a `NOSCRIPT` resend) is done by the node (see above).
+    /// For reads, raising fencing counters and shortening a TTL: saves a task spawn per round.
+    /// Not for a lock's release: one that fails late (its connection cut) must be sent again
+    /// (see [`fan_out_rest`]).
     Drop,
 }
 
@@ -480,6 +527,34 @@ mod tests {
         // Every late node handed over: dropped at once, no task.
         assert!(late_call_dropped(|_| true).await);
         assert!(late_call_dropped(|i| i == 2).await);
+    }
+
+    /// The calls still running at the decision come back, polled once and unfinished, for
+    /// the caller to await (a release whose failure must still be seen).
+    #[tokio::test]
+    async fn fan_out_rest_hands_back_the_late_calls() {
+        type Call = std::pin::Pin<Box<dyn Future<Output = Vote> + Send>>;
+        let (tx, rx) = tokio::sync::oneshot::channel::<Vote>();
+        let late: Call = Box::pin(async move { rx.await.unwrap_or(Vote::Pending) });
+        let calls: Vec<(usize, Call)> = vec![
+            (0, Box::pin(async { Vote::Granted })),
+            (1, late),
+            (2, Box::pin(async { Vote::Granted })),
+        ];
+        let (got, rest) =
+            tokio::time::timeout(Duration::from_secs(5), fan_out_rest(3, calls, quorum_known))
+                .await
+                .expect("decided without the late node");
+        assert_eq!(
+            votes(got).0,
+            vec![Vote::Granted, Vote::Pending, Vote::Granted]
+        );
+        let [(1, call)] = <[_; 1]>::try_from(rest).unwrap_or_else(|_| panic!("one late call"))
+        else {
+            panic!("node 1 is the late one");
+        };
+        let _ = tx.send(Vote::Refused);
+        assert_eq!(call.await, Vote::Refused);
     }
 
     #[tokio::test]

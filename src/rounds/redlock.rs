@@ -19,9 +19,25 @@ use crate::rounds::quorum;
 
 /// A Redlock over N independent Redis nodes. Cheap to clone (one `Arc`); share it freely
 /// across tasks.
-#[derive(Clone, Debug)]
+///
+/// `Debug` shows the nodes (`host:port/db`, never credentials), the quorum, the key prefix and
+/// the owner label.
+#[derive(Clone)]
 pub struct Redlock {
     pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Redlock {
+    // What a log line needs, not the connection and wait-line machinery.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nodes: Vec<&str> = self.inner.nodes.iter().map(|n| n.name.as_str()).collect();
+        f.debug_struct("Redlock")
+            .field("nodes", &nodes)
+            .field("quorum", &self.inner.quorum)
+            .field("key_prefix", &self.inner.key_prefix)
+            .field("label", &self.inner.label)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]

@@ -1,7 +1,9 @@
 //! The torture run's election mode: candidates campaign in one election while observers watch
 //! it, under a seeded schedule of faults (the leader cut off as if killed, its replies held as
-//! if paused, every candidate cut off, observers' connections reset, resigns). Afterwards the
-//! checker confirms that:
+//! if paused, every candidate cut off, observers' connections reset, resigns). Each
+//! participant's every term is recorded from `Election::role_changes`, which skips none (the
+//! role watch keeps only the latest value). Afterwards the checker (`election_check.rs`)
+//! confirms that:
 //! - no two participants acted as leader with overlapping validity (each participant's window
 //!   runs from seeing itself leader to the earlier of seeing itself follower and its term's
 //!   last `valid_until`);
@@ -9,23 +11,30 @@
 //! - no observer named a superseded term for longer than a bound: a term is superseded when
 //!   the next term begins, or at the latest one TTL after its leader's window ended (a leader
 //!   whose replies were held may have extended its keys just before it stepped down); an
-//!   observer may name it until then plus `bound`; and an observer never names a term that no
-//!   participant held.
+//!   observer may name it until then plus `bound`. A term that no participant held (a claim
+//!   given up: its record reached a quorum, its replies did not) is superseded at the latest
+//!   one TTL after an observer first named it, when its keys are gone.
 //!
-//! The negative control is an observer that never resyncs: it reads only when a message
-//! arrives, never after a reconnect or at a term's expiry. The schedule's "every candidate cut
-//! off" episodes leave it naming a dead term, which the checker must report.
+//! The negative control is an observer that never resyncs: subscribed on every node, it reads
+//! once at the start and then only when a message arrives, never after a reconnect or at a
+//! term's expiry. Every run cuts every candidate off at least once while a leader stands
+//! (nothing publishes that the term ended), which leaves the control naming a dead term: the
+//! checker must report it, on every seed.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fredlock::fred::clients::Client;
 use fredlock::fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use fredlock::{ElectOptions, Election, Redlock, Retry, Role};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+use super::election_check::{check_leaders, check_observer, superseded, unheld, Timeline, Window};
 use crate::{Fault, FaultProxy, LocalNodes};
 
 /// What an election run does.
@@ -68,6 +77,10 @@ pub struct ElectionReport {
     pub episodes: usize,
     /// Changes shown by the (real) observers, in all.
     pub observed: usize,
+    /// Terms an observer named that no participant held: claims given up (the candidate won
+    /// the lock and wrote the term's record on a quorum, but the replies came too late, so it
+    /// never led). Allowed only until their keys expire, like a superseded term.
+    pub unheld: usize,
     /// What the checker found in the participants' and the real observers' records.
     pub violations: Vec<String>,
     /// What the checker found in the never-resyncing control observer's record.
@@ -80,11 +93,6 @@ impl ElectionReport {
         !self.control_violations.is_empty()
     }
 }
-
-/// A leader window: participant, term, start, end.
-type Window = (usize, u64, Instant, Instant);
-/// An observer's record: when it named which term (`None`: no leader).
-type Timeline = Vec<(Instant, Option<u64>)>;
 
 const RETRY: Retry = Retry {
     attempts: 3,
@@ -127,44 +135,78 @@ struct Candidate {
     election: Option<Election>,
 }
 
-/// Records a participant's leader windows from its role watch.
-fn record_windows(id: usize, election: &Election, windows: Arc<Mutex<Vec<Window>>>) {
-    let mut rx = election.watch();
-    tokio::spawn(async move {
+/// Records a participant's leader windows from its role changes: every value its role takes,
+/// none skipped (a term won and lost at once included). The role watch would keep only the
+/// latest value, and the checker could then not tell a term too short to see from a term
+/// nobody held.
+fn record_windows(id: usize, election: &Election, log: &Arc<RoleLog>) {
+    let mut changes = election.role_changes();
+    let windows = log.clone();
+    let recorder = tokio::spawn(async move {
+        let windows = &windows.windows;
         let mut open: Option<(u64, Instant, Instant)> = None;
-        loop {
-            let role = rx.borrow_and_update().clone();
+        while let Some(role) = changes.recv().await {
             let now = Instant::now();
             match role {
                 Role::Leader(term) => {
-                    let start = open.map_or(now, |o| o.1);
+                    let start = match open {
+                        Some((t, start, _)) if t == term.number() => start,
+                        // Not sent by the campaign (a step down comes between two terms).
+                        Some((t, start, valid)) => {
+                            lock(windows).push((id, t, start, now.min(valid)));
+                            now
+                        }
+                        None => now,
+                    };
                     open = Some((term.number(), start, term.valid_until));
                 }
                 Role::Follower => {
-                    if let Some((t, s, v)) = open.take() {
-                        lock(&windows).push((id, t, s, now.min(v)));
+                    if let Some((t, start, valid)) = open.take() {
+                        lock(windows).push((id, t, start, now.min(valid)));
                     }
                 }
             }
-            if rx.changed().await.is_err() {
-                if let Some((t, s, v)) = open.take() {
-                    lock(&windows).push((id, t, s, Instant::now().min(v)));
-                }
-                return;
-            }
+        }
+        // The campaign stopped (resigned) while a term was open.
+        if let Some((t, start, valid)) = open.take() {
+            lock(windows).push((id, t, start, Instant::now().min(valid)));
         }
     });
+    lock(&log.recorders).push(recorder);
+}
+
+/// The participants' leader windows, and the tasks that record them (each ends once its
+/// election has resigned and its campaign stopped).
+#[derive(Default)]
+struct RoleLog {
+    windows: Mutex<Vec<Window>>,
+    recorders: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl RoleLog {
+    /// Every window, once every recorder has ended (all elections resigned); `None` if one
+    /// has not ended within `limit`.
+    async fn finish(&self, limit: Duration) -> Option<Vec<Window>> {
+        let recorders = std::mem::take(&mut *lock(&self.recorders));
+        let all = async {
+            for r in recorders {
+                let _ = r.await;
+            }
+        };
+        tokio::time::timeout(limit, all).await.ok()?;
+        Some(lock(&self.windows).clone())
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn elect(c: &mut Candidate, id: usize, ttl: Duration, windows: &Arc<Mutex<Vec<Window>>>) {
+fn elect(c: &mut Candidate, id: usize, ttl: Duration, log: &Arc<RoleLog>) {
     let options = ElectOptions::default().value(format!("candidate-{id}"));
     match c.redlock.elect_with_options(NAME, ttl, options) {
         Ok(e) => {
-            record_windows(id, &e, windows.clone());
+            record_windows(id, &e, log);
             c.election = Some(e);
         }
         Err(e) => panic!("election torture: elect: {e}"),
@@ -175,9 +217,9 @@ fn elect(c: &mut Candidate, id: usize, ttl: Duration, windows: &Arc<Mutex<Vec<Wi
 pub const NAME: &str = "torture:election";
 
 /// A real observer's record.
-fn record_observer(observer: fredlock::Observer, timeline: Arc<Mutex<Timeline>>) {
+fn record_observer(observer: &fredlock::Observer, timeline: Arc<Mutex<Timeline>>) {
+    let mut rx = observer.watch();
     tokio::spawn(async move {
-        let mut rx = observer.watch();
         loop {
             let term = rx.borrow_and_update().as_ref().map(|l| l.term);
             lock(&timeline).push((Instant::now(), term));
@@ -188,40 +230,92 @@ fn record_observer(observer: fredlock::Observer, timeline: Arc<Mutex<Timeline>>)
     });
 }
 
-/// The control: reads (`leader_of`) only when a message arrives; never after a reconnect,
-/// never at a term's expiry.
-async fn naive_observer(redlock: Redlock, timeline: Arc<Mutex<Timeline>>) {
-    let Some(config) = redlock.client(0).map(|c| c.client_config()) else {
-        return;
-    };
-    let mut builder = fredlock::fred::types::Builder::from_config(config);
-    builder.set_policy(fredlock::fred::prelude::ReconnectPolicy::new_constant(
-        0, 50,
-    ));
-    let Ok(client) = builder.build() else { return };
-    // Subscribed on node 0 only, and re-subscribed after a reconnect (so it keeps hearing
-    // messages), but it never reads on its own.
-    let mut messages = client.message_rx();
-    let mut reconnects = client.reconnect_rx();
-    if client.init().await.is_err() {
-        return;
-    }
+/// The control: subscribed on every node, it reads (`leader_of`) once when subscribed and then
+/// only when a message arrives; never after a reconnect, never at a term's expiry. So when
+/// every candidate is cut off (nothing publishes that the term ended), it names the dead term
+/// until the next claim publishes. Stops when `stop` fires.
+async fn naive_observer(
+    redlock: Redlock,
+    timeline: Arc<Mutex<Timeline>>,
+    mut stop: oneshot::Receiver<()>,
+) {
     let channel = redlock.election_key(NAME);
-    let _ = client.subscribe(channel.clone()).await;
+    let (heard_tx, mut heard) = mpsc::unbounded_channel();
+    let mut clients = Vec::new();
+    let mut listeners = JoinSet::new();
+    let configs: Vec<_> = (0..)
+        .map_while(|i| redlock.client(i))
+        .map(ClientLike::client_config)
+        .collect();
+    for config in configs {
+        let mut builder = fredlock::fred::types::Builder::from_config(config);
+        builder.set_policy(fredlock::fred::prelude::ReconnectPolicy::new_constant(
+            0, 50,
+        ));
+        let Ok(client) = builder.build() else {
+            continue;
+        };
+        let (messages, reconnects) = (client.message_rx(), client.reconnect_rx());
+        if client.init().await.is_err() {
+            continue;
+        }
+        let _ = client.subscribe(channel.clone()).await;
+        let heard = heard_tx.clone();
+        listeners.spawn(listen(
+            client.clone(),
+            channel.clone(),
+            messages,
+            reconnects,
+            heard,
+        ));
+        clients.push(client);
+    }
+    drop(heard_tx);
     let mut last = None;
-    lock(&timeline).push((Instant::now(), None));
+    loop {
+        // A read that fails is tried again (a few times): the control's flaw is what it never
+        // reads after, not reads that fail.
+        for _ in 0..5 {
+            if let Ok(l) = redlock.leader_of(NAME).await {
+                let term = l.map(|l| l.term);
+                if last != Some(term) {
+                    last = Some(term);
+                    lock(&timeline).push((Instant::now(), term));
+                }
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::select! {
+            _ = &mut stop => break,
+            heard = heard.recv() => if heard.is_none() { break },
+        }
+    }
+    listeners.abort_all();
+    for client in clients {
+        let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
+    }
+}
+
+type Messages = tokio::sync::broadcast::Receiver<fredlock::fred::types::Message>;
+type Reconnects = tokio::sync::broadcast::Receiver<fredlock::fred::types::config::Server>;
+
+/// One node's subscriber of the control: tells `heard` of every message; subscribes again
+/// after a reconnect (so it keeps hearing messages), but asks for no read then.
+async fn listen(
+    client: Client,
+    channel: String,
+    mut messages: Messages,
+    mut reconnects: Reconnects,
+    heard: mpsc::UnboundedSender<()>,
+) {
     loop {
         tokio::select! {
-            m = messages.recv() => {
-                if m.is_err() { return; }
-                if let Ok(l) = redlock.leader_of(NAME).await {
-                    let term = l.map(|l| l.term);
-                    if term != last {
-                        last = term;
-                        lock(&timeline).push((Instant::now(), term));
-                    }
-                }
-            }
+            m = messages.recv() => match m {
+                Err(RecvError::Closed) => return,
+                // A message, or some were dropped: read.
+                _ => if heard.send(()).is_err() { return },
+            },
             r = reconnects.recv() => {
                 if r.is_err() { return; }
                 let _ = client.subscribe(channel.clone()).await;
@@ -233,7 +327,7 @@ async fn naive_observer(redlock: Redlock, timeline: Arc<Mutex<Timeline>>) {
 /// Runs the election mode and checks it.
 pub async fn run(config: ElectionConfig) -> std::io::Result<ElectionReport> {
     let nodes = LocalNodes::start(3).await?;
-    let windows: Arc<Mutex<Vec<Window>>> = Arc::default();
+    let log: Arc<RoleLog> = Arc::default();
     let mut candidates = Vec::new();
     for id in 0..config.candidates {
         let proxies = proxies(&nodes).await?;
@@ -243,9 +337,10 @@ pub async fn run(config: ElectionConfig) -> std::io::Result<ElectionReport> {
             redlock,
             election: None,
         };
-        elect(&mut c, id, config.ttl, &windows);
+        elect(&mut c, id, config.ttl, &log);
         candidates.push(c);
     }
+    let mut observers = Vec::new();
     let mut observer_proxies = Vec::new();
     let mut timelines = Vec::new();
     for _ in 0..config.observers {
@@ -256,14 +351,16 @@ pub async fn run(config: ElectionConfig) -> std::io::Result<ElectionReport> {
             Err(e) => panic!("election torture: observe: {e}"),
         };
         let timeline: Arc<Mutex<Timeline>> = Arc::default();
-        record_observer(observer, timeline.clone());
+        record_observer(&observer, timeline.clone());
         timelines.push(timeline);
+        observers.push(observer);
         observer_proxies.push((proxies, redlock));
     }
     let control_proxies = proxies(&nodes).await?;
     let control_redlock = redlock_over(&control_proxies).await;
     let control: Arc<Mutex<Timeline>> = Arc::default();
-    let control_task = tokio::spawn(naive_observer(control_redlock, control.clone()));
+    let (stop_control, stop) = oneshot::channel();
+    let control_task = tokio::spawn(naive_observer(control_redlock, control.clone(), stop));
 
     let started = Instant::now();
     let episodes = schedule(
@@ -271,7 +368,7 @@ pub async fn run(config: ElectionConfig) -> std::io::Result<ElectionReport> {
         &mut candidates,
         &observer_proxies,
         &control_proxies,
-        &windows,
+        &log,
     )
     .await;
     for c in &candidates {
@@ -283,50 +380,93 @@ pub async fn run(config: ElectionConfig) -> std::io::Result<ElectionReport> {
             e.resign().await;
         }
     }
-    control_task.abort();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let windows = lock(&windows).clone();
+    let _ = stop_control.send(());
+    let _ = control_task.await;
+    for o in observers {
+        o.close().await;
+    }
+    let windows = log.finish(Duration::from_secs(10)).await;
     let timelines: Vec<Timeline> = timelines.iter().map(|t| lock(t).clone()).collect();
     let control = lock(&control).clone();
+    Ok(check(
+        &config,
+        windows,
+        &timelines,
+        &control,
+        episodes,
+        (started, end),
+    ))
+}
+
+/// Checks the records of a run (`windows`: `None` when a recorder did not finish).
+fn check(
+    config: &ElectionConfig,
+    windows: Option<Vec<Window>>,
+    timelines: &[Timeline],
+    control: &Timeline,
+    episodes: usize,
+    span: (Instant, Instant),
+) -> ElectionReport {
     let mut report = ElectionReport {
-        terms: windows.len(),
         episodes,
         observed: timelines.iter().map(Vec::len).sum(),
         ..ElectionReport::default()
     };
+    let Some(windows) = windows else {
+        report
+            .violations
+            .push("a participant's role log did not end after it resigned".to_string());
+        return report;
+    };
+    report.terms = windows.len();
     report.violations = check_leaders(&windows);
-    let superseded = superseded(&windows, config.ttl, end);
-    let span = (started, end);
+    let named: Vec<&Timeline> = timelines.iter().chain([control]).collect();
+    let superseded = superseded(&windows, &named, config.ttl, span.1);
+    report.unheld = unheld(&superseded).len();
     for (i, t) in timelines.iter().enumerate() {
         let who = format!("observer {i}");
         report
             .violations
             .extend(check_observer(&who, t, &superseded, config.bound, span));
     }
-    report.control_violations =
-        check_observer("control", &control, &superseded, config.bound, span);
-    Ok(report)
+    report.control_violations = check_observer("control", control, &superseded, config.bound, span);
+    report
 }
 
 /// The fault schedule: episodes until the run's time is up. Returns how many ran.
+///
+/// At least one episode cuts every candidate off while a leader stands: if none has by half
+/// of the run, the next episode that finds a leader does (the run goes on until one has, for
+/// at most twice its time). That is the episode that leaves the control naming a dead term,
+/// so every seed tests that the checker catches it.
 async fn schedule(
     config: &ElectionConfig,
     candidates: &mut [Candidate],
     observers: &[(Vec<FaultProxy>, Redlock)],
     control: &[FaultProxy],
-    windows: &Arc<Mutex<Vec<Window>>>,
+    log: &Arc<RoleLog>,
 ) -> usize {
     let mut rng = StdRng::seed_from_u64(config.seed);
     let ttl = config.ttl;
+    let half = Instant::now() + config.duration / 2;
     let until = Instant::now() + config.duration;
     let mut episodes = 0;
-    while Instant::now() < until {
+    let mut cut_off_a_leader = false;
+    // Past the run's time only while that cut-off has not come (a leader stood at no episode
+    // since half-way), and for at most another run's time.
+    let last_call = until + config.duration;
+    while Instant::now() < until || (!cut_off_a_leader && Instant::now() < last_call) {
         tokio::time::sleep(ttl.mul_f64(rng.random_range(0.5..1.5))).await;
         let leader = candidates
             .iter()
             .position(|c| c.election.as_ref().is_some_and(Election::is_leader));
         episodes += 1;
-        match (rng.random_range(0..5u8), leader) {
+        let mut kind = rng.random_range(0..5u8);
+        if leader.is_some() && !cut_off_a_leader && Instant::now() >= half {
+            kind = 2;
+        }
+        cut_off_a_leader |= kind == 2 && leader.is_some();
+        match (kind, leader) {
             // The leader as good as killed: nothing it sends arrives.
             (0, Some(l)) => {
                 set_all(&candidates[l].proxies, Fault::Blackhole);
@@ -362,78 +502,10 @@ async fn schedule(
                 if let Some(e) = candidates[l].election.take() {
                     e.resign().await;
                 }
-                elect(&mut candidates[l], l, ttl, windows);
+                elect(&mut candidates[l], l, ttl, log);
             }
             _ => episodes -= 1,
         }
     }
     episodes
-}
-
-/// Leader windows never overlap, and term numbers grow in start order.
-fn check_leaders(windows: &[Window]) -> Vec<String> {
-    let mut sorted = windows.to_vec();
-    sorted.sort_by_key(|w| w.2);
-    let mut out = Vec::new();
-    for pair in sorted.windows(2) {
-        let (a, b) = (pair[0], pair[1]);
-        if b.2 < a.3 {
-            out.push(format!(
-                "leader windows overlap: participant {} (term {}) until {:?} after participant {} (term {}) began",
-                a.0, a.1, a.3 - b.2, b.0, b.1
-            ));
-        }
-        if b.1 <= a.1 {
-            out.push(format!(
-                "term numbers do not grow: term {} began after term {}",
-                b.1, a.1
-            ));
-        }
-    }
-    out
-}
-
-/// Per term: when it is superseded (the next term's start, or one TTL after its window ended).
-fn superseded(windows: &[Window], ttl: Duration, end: Instant) -> BTreeMap<u64, Instant> {
-    let mut sorted = windows.to_vec();
-    sorted.sort_by_key(|w| w.1);
-    let mut out = BTreeMap::new();
-    for (i, w) in sorted.iter().enumerate() {
-        let by_expiry = w.3 + ttl;
-        let by_next = sorted.get(i + 1).map_or(end, |n| n.2);
-        out.insert(w.1, by_expiry.min(by_next).max(w.2));
-    }
-    out
-}
-
-/// An observer names no term that nobody held, and no term longer than `bound` after it was
-/// superseded.
-fn check_observer(
-    who: &str,
-    timeline: &Timeline,
-    superseded: &BTreeMap<u64, Instant>,
-    bound: Duration,
-    (started, end): (Instant, Instant),
-) -> Vec<String> {
-    let mut out = Vec::new();
-    for (i, (at, term)) in timeline.iter().enumerate() {
-        let Some(term) = term else { continue };
-        // Up to the end of the run (the resigns after it are not part of the schedule).
-        let until = timeline.get(i + 1).map_or(end, |n| n.0).min(end);
-        match superseded.get(term) {
-            // A term below the highest recorded one that no window recorded: a term so short
-            // that the participant's role watch (which keeps only the latest value) went from
-            // leader back to follower before the recorder looked. Not flagged: the recorder
-            // cannot tell it from a term nobody held. Above every recorded term, nobody held it.
-            None if superseded.keys().next_back().is_some_and(|max| term < max) => {}
-            None => out.push(format!("{who} named term {term}, which no participant held")),
-            Some(s) if until > *s + bound && until > started => out.push(format!(
-                "{who} named term {term} until {:?} after it was superseded (bound {bound:?}; shown since {:?} before that)",
-                until - *s,
-                s.saturating_duration_since(*at)
-            )),
-            _ => {}
-        }
-    }
-    out
 }

@@ -11,7 +11,7 @@
 //   cluster_faults, faults, fleet          the lanes that inject faults; fleet mode's liveness
 //   stats, worker/                         the clients and what they count
 //   verdict, mode_controls, controls       the negative controls and their verdicts
-//   election, report                       the election mode; the tables
+//   election_check, election, report       the election mode (its checker, its run); the tables
 //! The fault-injection torture run: K clients contend for M resources over N local nodes while
 //! a seeded schedule kills, freezes, partitions and delays nodes and connections; a
 //! [`Checker`] decides afterwards whether any safety property broke. Plus the negative controls
@@ -106,6 +106,7 @@ mod cluster_faults;
 mod config;
 mod controls;
 pub mod election;
+mod election_check;
 mod env;
 mod fault_kind;
 mod faults;

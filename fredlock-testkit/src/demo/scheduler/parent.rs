@@ -298,7 +298,7 @@ impl Parent {
                         self.t(at)
                     )),
                 }
-                self.line(at, &who, format!("job {n} started (token {token}..)"));
+                self.line(at, &who, format!("job {n} started (fingerprint {token}..)"));
             }
             Msg::Done(n) => {
                 if let Some(i) = self.open[w] {
@@ -342,7 +342,10 @@ impl Parent {
         self.line(
             at,
             &who,
-            format!("became LEADER (token {}..)", &token[..8.min(token.len())]),
+            format!(
+                "became LEADER (fingerprint {}..)",
+                &token[..8.min(token.len())]
+            ),
         );
         // The full check comes at the end; flag an overlap right away too.
         for t in &self.terms {

@@ -35,9 +35,10 @@ pub struct Demo {
 /// A worker's report to the parent, one line on its stdout ([`say`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Msg {
-    /// Became leader: the term's lock token, and how much validity the term has left.
+    /// Became leader: the term's lock token fingerprint, and how much validity the term has
+    /// left.
     Leader {
-        /// The term's lock token.
+        /// The fingerprint of the term's lock token (never the token: it is a secret).
         token: String,
         /// Validity left.
         valid: Duration,
@@ -45,11 +46,11 @@ pub enum Msg {
     /// The term was extended: validity left now. (Not shown; the parent uses it to know until
     /// when a crashed leader's lock stayed valid.)
     Valid(Duration),
-    /// Job `n` of this term started, under the term whose token starts with `token`.
+    /// Job `n` of this term started, under the term whose fingerprint starts with `token`.
     Job {
         /// The job's number in this term.
         n: u64,
-        /// The first characters of the term's token.
+        /// The first characters of the term's token fingerprint.
         token: String,
     },
     /// Job `n` finished.
