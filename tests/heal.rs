@@ -106,7 +106,7 @@ async fn an_election_term_regains_a_node_and_survives_losing_another() {
             .expect("a renewal within the bound")
             .expect("the campaign runs");
         match &*roles.borrow_and_update() {
-            Role::Leader(t) if t.token == term.token => {}
+            Role::Leader(t) if t.token() == term.token() => {}
             other => panic!("the term ended at renewal {n} with nodes 1 and 2 up: {other:?}"),
         }
     }
