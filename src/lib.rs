@@ -26,7 +26,9 @@
 //!   monotonic clock from before the first command;
 //! - so no two holders' `[start, deadline]` windows overlap for a resource;
 //! - release and extend act only where our value (a 128-bit random token, then the public owner
-//!   label) is still present; extend never re-creates an expired key;
+//!   label) is still present; extend never re-creates a lock that lost its quorum (once an
+//!   extension won on a quorum, the keys are re-set with `SET NX` on nodes that lost them, so a
+//!   lock regains a node that was down: see docs/algorithm.md, "Healing");
 //! - a failed, timed-out or cancelled attempt releases on every node that may hold its token.
 //!
 //! ## What is not

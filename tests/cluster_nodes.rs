@@ -418,3 +418,35 @@ async fn a_paused_shard_times_out_only_the_keys_of_its_slots() {
     clusters[1].resume_shard(2).expect("resume");
     assert_nothing_left(&clusters).await;
 }
+
+/// Healing on cluster nodes: a two-resource lock whose keys live on two shards of node 2
+/// loses one of them there (deleted, as a restarted shard would); the next extension re-sets it
+/// on that shard alone (one repair call per slot), and the release leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_regains_a_lost_key_on_a_cluster_node() {
+    let clusters = clusters(3, 3).await;
+    let redlock = redlock(&clusters, false).await;
+    let a = resource_on(&clusters[2], 0, "heal-a").await;
+    let b = resource_on(&clusters[2], 1, "heal-b").await;
+    let mut lock = redlock
+        .acquire([a.as_str(), b.as_str()], TTL)
+        .await
+        .expect("acquire");
+    let token = lock.token().to_string();
+    assert!(held_everywhere(&redlock, &b, &token).await);
+    let key = format!("{PREFIX}{b}");
+    clusters[2]
+        .nodes()
+        .command(1, &["DEL", &key])
+        .await
+        .expect("DEL");
+    lock.extend(TTL).await.expect("a quorum holds both keys");
+    assert!(
+        held_everywhere(&redlock, &b, &token).await,
+        "the key never came back on node 2"
+    );
+    assert!(held_everywhere(&redlock, &a, &token).await);
+    assert!(common::eventually(Duration::from_secs(5), || async { lock.repairs() == 1 }).await);
+    lock.release().await.expect("release");
+    assert_nothing_left(&clusters).await;
+}

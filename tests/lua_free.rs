@@ -222,6 +222,43 @@ async fn valkey_batched_keep_alive_without_scripts_answers_each_lock() {
     redlock.close().await;
 }
 
+/// Healing without Lua: after `SET ... IFEQ` answered nil on a node that lost the key, and the
+/// extension won on the others, that node gets `SET NX` and holds our token again; a node
+/// holding another value keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey_without_scripts_heals_a_node_that_lost_the_key() {
+    let nodes = LocalNodes::start_on(Server::Valkey, 3)
+        .await
+        .expect("valkey nodes");
+    user_without_scripts(&nodes, 0..3).await;
+    let redlock = build(app_urls(&nodes), Retry::once()).await.expect("build");
+    let key = redlock.key("heal");
+    let mut lock = redlock.acquire("heal", TTL).await.expect("acquire");
+    let ours = RespValue::Bulk(Some(lock.value().as_bytes().to_vec()));
+    nodes.command(2, &["DEL", &key]).await.expect("DEL");
+    lock.extend(TTL).await.expect("nodes 0 and 1 hold it");
+    let mut healed = false;
+    for _ in 0..250 {
+        if nodes.command(2, &["GET", &key]).await.expect("GET") == ours {
+            healed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(healed, "node 2 never got the key back");
+
+    nodes
+        .command(2, &["SET", &key, "someone-else", "PX", "30000"])
+        .await
+        .expect("SET");
+    lock.extend(TTL).await.expect("nodes 0 and 1 hold it");
+    lock.release().await.expect("release");
+    let other = nodes.command(2, &["GET", &key]).await.expect("GET");
+    assert_eq!(other, RespValue::Bulk(Some(b"someone-else".to_vec())));
+    assert!(pttl(&nodes, 2, &key).await > 20_000, "its TTL was touched");
+    redlock.close().await;
+}
+
 /// What needs scripts fails at once, typed, with the node, the server's words and the fix.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn valkey_what_needs_scripts_fails_at_once() {

@@ -107,6 +107,14 @@ async fn grant_contention_and_a_waiter(reader: &Reader, redlock: &Redlock) -> (L
     assert_eq!(m("fredlock_acquire_attempts_total", None), 1.0);
     lock.extend(TTL).await.expect("extend");
     assert_eq!(m("fredlock_extensions_total", Some(("outcome", "ok"))), 1.0);
+    // A node that lost the key gets it back at the next extension (healing).
+    del(redlock, 2, &key).await;
+    lock.extend(TTL).await.expect("extend");
+    let repaired = eventually(Duration::from_secs(5), || async {
+        m("fredlock_repairs_total", Some(("outcome", "set"))) == 1.0
+    })
+    .await;
+    assert!(repaired, "no repair counted");
 
     // Contention: a try_acquire meets the holder.
     assert!(redlock

@@ -10,6 +10,7 @@
 //! | `fredlock_acquire_seconds` | histogram | `outcome` | time from the call to its outcome, retries and waiting included |
 //! | `fredlock_hold_seconds` | histogram | | from the grant to the release (`release()`, or a drop) |
 //! | `fredlock_extensions_total` | counter | `outcome` | extensions (by hand and keep-alive): `ok`, `failed` |
+//! | `fredlock_repairs_total` | counter | `outcome` | keys of a held lock re-set on a node that had lost them, after an extension won on a quorum: `set`, `refused` (another value there), `failed` |
 //! | `fredlock_lost_total` | counter | `reason` | kept-alive locks lost: `token_gone`, `expired`, `budget_exhausted`, `task_ended` |
 //! | `fredlock_node_failures_total` | counter | `node`, `kind` | per-node failures in lock rounds: `timeout`, `connection`, `server`, `unexpected_reply`, `auth`, `tls`, `client` (a duplicate server is not a failure and not counted) |
 //! | `fredlock_waiters` | gauge | | acquires of this process waiting for their turn in a wait line |
@@ -64,6 +65,22 @@ pub(crate) fn extension(ok: bool) {
     }
     #[cfg(not(feature = "metrics"))]
     let _ = ok;
+}
+
+/// A held lock's repair on one node ended with `vote`.
+#[inline]
+pub(crate) fn repair(vote: &Vote) {
+    #[cfg(feature = "metrics")]
+    {
+        let outcome = match vote {
+            Vote::Granted => "set",
+            Vote::Refused => "refused",
+            Vote::Failed(_) | Vote::Pending => "failed",
+        };
+        ::metrics::counter!("fredlock_repairs_total", "outcome" => outcome).increment(1);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = vote;
 }
 
 /// A kept-alive lock was lost (a release on purpose is not counted).

@@ -79,6 +79,25 @@ end
 return 1
 "#;
 
+/// Repair a held lock on a node where (some of) its keys are missing: only if no key holds
+/// another value, set every key to our value with the TTL (a missing key is created, one of
+/// ours has its TTL reset); all or none. Sent only while the lock is held, after an extension
+/// won on a quorum (see `held_rounds`); a one-key lock is repaired with a plain
+/// `SET key token NX PX ttl` instead (its key is missing there). On a cluster node, one call
+/// per hash slot, even for one key (which may be ours while another slot's is missing).
+/// KEYS: the lock keys. ARGV[1]: token, ARGV[2]: TTL in ms.
+/// Reply: 1 set, 0 another value at a key (nothing changed).
+const REPAIR: &str = r#"
+for _, key in ipairs(KEYS) do
+  local v = redis.call('GET', key)
+  if v and v ~= ARGV[1] then return 0 end
+end
+for _, key in ipairs(KEYS) do
+  redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
+end
+return 1
+"#;
+
 /// Release: delete each key that still holds our token, leave every other key alone.
 /// KEYS: the lock keys. ARGV[1]: token.
 /// Reply: the number of keys deleted (0 .. #KEYS).
@@ -548,6 +567,7 @@ return redis.call('PUBLISH', KEYS[1], ARGV[1])
 pub(crate) struct Scripts {
     pub(crate) acquire_many: Script,
     pub(crate) extend: Script,
+    pub(crate) repair: Script,
     pub(crate) shorten: Script,
     pub(crate) lease_check: Script,
     pub(crate) rw_read: Script,
@@ -579,6 +599,9 @@ impl Scripts {
         SCRIPTS.get_or_init(|| Scripts {
             acquire_many: Script::eval_only(ACQUIRE_MANY),
             extend: Script::new(EXTEND),
+            // Creates keys, as an acquire does: EVAL-only (a late resend could land after the
+            // release queued behind it).
+            repair: Script::eval_only(REPAIR),
             // Like EXTEND, a resend can only find the token gone and do nothing.
             shorten: Script::new(SHORTEN),
             // Read-only: a resend changes nothing.

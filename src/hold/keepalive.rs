@@ -163,6 +163,12 @@ impl LockHandle {
         self.tx.borrow().extensions
     }
 
+    /// How many times a key of the lock was re-set on a node that had lost it (see
+    /// [`Lock::repairs`](crate::Lock::repairs)).
+    pub fn repairs(&self) -> u64 {
+        self.held.repairs.count()
+    }
+
     /// The secret owner token (see [`Lock::token`](crate::Lock::token)).
     pub fn token(&self) -> &str {
         self.held.token()

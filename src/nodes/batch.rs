@@ -77,6 +77,49 @@ pub(crate) struct Held {
     /// The wait line this lock's keys are gated by, if any (its gate node's acquire and
     /// release take the line scripts, never this batcher).
     pub(crate) line: Option<LineRef>,
+    /// Whether a repair (keys re-set where missing, see `Node::repair`) may still be sent, and
+    /// how many were made.
+    pub(crate) repairs: Repairs,
+}
+
+/// A lock's repairs (its keys re-set where missing while held: `Node::repair`). Closed for
+/// good by its first release, shorten or hand-over; a repair checks it and hands its command to
+/// the connection in one step under the mutex, so none is written after the release there.
+#[derive(Debug, Default)]
+pub(crate) struct Repairs {
+    closed: Mutex<bool>,
+    made: std::sync::atomic::AtomicU64,
+}
+
+impl Repairs {
+    /// No repair is sent from now on.
+    pub(crate) fn close(&self) {
+        *self.closed.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    }
+
+    /// Polls `call` once (which hands its command to the connection) unless closed: `None`
+    /// when closed (nothing sent), else the first poll's result.
+    pub(crate) fn first_poll<F: std::future::Future + ?Sized>(
+        &self,
+        call: std::pin::Pin<&mut F>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Option<std::task::Poll<F::Output>> {
+        let closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
+        match *closed {
+            true => None,
+            false => Some(call.poll(cx)),
+        }
+    }
+
+    /// One more repair was made.
+    pub(crate) fn made(&self) {
+        self.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How many repairs were made.
+    pub(crate) fn count(&self) -> u64 {
+        self.made.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// Where a lock's wait line is, and this lock's part in it (see `line` and the gate scripts).
@@ -131,6 +174,17 @@ impl Held {
                 .map(|r| crate::base::slots::shown(r))
                 .collect(),
         )
+    }
+
+    /// Whether this lock's keys are re-set where missing while it is held: a plain lock's (one
+    /// or several resources, fenced or not, an election's term), never a semaphore permit's or
+    /// a read-write lock's (their keys live under reserved names, and a node's slot or reader
+    /// bookkeeping would not match a key set alone).
+    pub(crate) fn heals(&self) -> bool {
+        !self
+            .resources
+            .iter()
+            .any(|r| r.starts_with(crate::base::slots::RESERVED))
     }
 }
 

@@ -129,6 +129,7 @@ impl Held {
                 pick(&self.fence_keys)
             },
             line: None,
+            repairs: Default::default(),
         }
     }
 }

@@ -132,7 +132,8 @@ impl Node {
     }
 
     async fn acquire_plain(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Vote {
-        // One key on a cluster node (a single server's goes through `batch`).
+        // One key on a cluster node (a single server's acquire goes through `batch`), or a
+        // repair of one key on any node.
         if let [key] = held.keys.as_slice() {
             let args = vec![
                 Value::from(key.as_str()),
@@ -176,6 +177,8 @@ impl Node {
     /// node a release may need several steps (waiting for the token's acquire, redirects), so it
     /// runs in a task of its own that a dropped future does not stop.
     pub(crate) async fn release(self: Arc<Self>, held: Arc<Held>, timeout: Duration) -> Vote {
+        // No repair of this lock is written after its release (see `repair`).
+        held.repairs.close();
         if !self.is_cluster() {
             return self.release_here(&held, timeout).await;
         }
@@ -276,6 +279,74 @@ impl Node {
             .await
     }
 
+    /// Re-sets `held`'s keys on this node where they are missing, with our value and `ttl_ms`:
+    /// `SET key value NX PX ttl` for one key (no script, so a node without Lua is repaired
+    /// too), the all-or-none REPAIR script for several (one call per hash slot on a cluster
+    /// node). Never overwrites another value and never touches a fencing counter. Sent only
+    /// after an extension of the lock won on a quorum (see `held_rounds`). `None`: nothing was
+    /// sent, because the lock's release began (see [`Repairs`](crate::nodes::batch::Repairs):
+    /// the check and the hand-over to the connection are one step, so a repair never lands
+    /// after the release).
+    pub(crate) async fn repair(
+        self: Arc<Self>,
+        held: Arc<Held>,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Option<Vote> {
+        if let Err(e) = self.state.counts() {
+            return Some(Vote::Failed(e));
+        }
+        if self.state.caps.no_lock().is_some() {
+            // A key set here could never be released nor extended (as for an acquire).
+            return None;
+        }
+        let this = &*self;
+        let keys = &*held;
+        let work = async move {
+            let _running = this.inflight(&keys.value);
+            match this.slot_groups(&keys.keys) {
+                None => this.repair_one(keys, ttl_ms, timeout).await,
+                Some(groups) => all(futures::future::join_all(groups.iter().map(|g| {
+                    let sub = keys.subset(g);
+                    async move { this.repair_script(&sub, ttl_ms, timeout).await }
+                }))
+                .await),
+            }
+        };
+        let mut call: std::pin::Pin<Box<dyn std::future::Future<Output = Vote> + Send + '_>> =
+            match &self.backend {
+                Backend::Server(_) => Box::pin(work),
+                Backend::Cluster(_) => Box::pin(crate::nodes::cluster::creating(&held.value, work)),
+            };
+        let first = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(held.repairs.first_poll(call.as_mut(), cx))
+        })
+        .await?;
+        Some(match first {
+            std::task::Poll::Ready(vote) => vote,
+            std::task::Poll::Pending => call.await,
+        })
+    }
+
+    /// [`repair`](Self::repair) in one call: `SET NX` for a one-key lock (its key is missing
+    /// here, or another value is there), the script for several keys.
+    async fn repair_one(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Vote {
+        if held.keys.len() == 1 {
+            return self.acquire_plain(held, ttl_ms, timeout).await;
+        }
+        self.repair_script(held, ttl_ms, timeout).await
+    }
+
+    /// The REPAIR script over `held`'s keys (one hash slot's share of them on a cluster node:
+    /// even one key, which may be ours already while another slot's is missing).
+    async fn repair_script(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Vote {
+        let scripts = crate::base::scripts::Scripts::get();
+        let reply = self
+            .script(&scripts.repair, held, Some(ttl_ms), timeout)
+            .await;
+        reply::vote(&self.name, reply)
+    }
+
     /// A one-key lock's extension with `SET ... IFEQ` (see `native`) on a single server that
     /// has it; `None` where the script does it.
     async fn extend_native(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Option<Vote> {
@@ -303,6 +374,7 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
     ) -> Vote {
+        held.repairs.close();
         let scripts = crate::base::scripts::Scripts::get();
         self.ttl_script(&scripts.shorten, held, ttl_ms, timeout)
             .await
@@ -409,6 +481,7 @@ mod future_size {
             resources: Vec::new(),
             fence_keys: Vec::new(),
             line: None,
+            repairs: Default::default(),
         });
         let second = Duration::from_secs(1);
         let sizes = [

@@ -110,6 +110,7 @@ impl Node {
             resources: Vec::new(),
             fence_keys: Vec::new(),
             line: None,
+            repairs: Default::default(),
         };
         let reply = self.script(script, &held, extra, timeout).await;
         reply::holder(&self.name, reply)

@@ -137,6 +137,7 @@ impl Lease {
             resources: req.resources,
             fence_keys: Vec::new(),
             line: None,
+            repairs: Default::default(),
         }))
     }
 }

@@ -267,6 +267,7 @@ impl RwRounds<'_> {
             resources: vec![resource.clone()],
             fence_keys: Vec::new(),
             line: None,
+            repairs: Default::default(),
         });
         Plan {
             resource,
@@ -329,6 +330,7 @@ impl RwRounds<'_> {
             resources: vec![resource],
             fence_keys: Vec::new(),
             line: None,
+            repairs: Default::default(),
         });
         let mut rguard = Cleanup(Some((redlock.clone(), reader.clone())), req.ttl);
         let [w, _, r] = self.keys();
@@ -432,6 +434,7 @@ impl Mark {
                 resources: vec![rw.part("i")],
                 fence_keys: Vec::new(),
                 line: None,
+                repairs: Default::default(),
             }),
             ttl,
             removed: false,

@@ -125,6 +125,7 @@ impl Slots<'_> {
             resources: vec![self.name.to_string()],
             fence_keys: Vec::new(),
             line: line(&turn),
+            repairs: Default::default(),
         });
         let mut guard = Guard(Some((self.redlock.clone(), all_slots.clone())), ttl);
         let t0 = Instant::now();
@@ -268,6 +269,7 @@ impl Slots<'_> {
             fence_keys: Vec::new(),
             // Its release wakes the semaphore's line.
             line,
+            repairs: Default::default(),
         });
         let grant = Grant {
             held,
@@ -466,6 +468,7 @@ fn clone_held(h: &Held) -> Held {
         resources: h.resources.clone(),
         fence_keys: h.fence_keys.clone(),
         line: None,
+        repairs: Default::default(),
     }
 }
 

@@ -156,6 +156,7 @@ impl Inner {
                 .line
                 .as_ref()
                 .map(|(gate, key)| self.line_ref(*gate, key, turn)),
+            repairs: Default::default(),
         })
     }
 

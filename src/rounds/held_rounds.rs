@@ -155,11 +155,19 @@ impl Inner {
         if patient {
             timeout = timeout.max(current_deadline.duration_since(t0) / 2);
         }
-        let calls = self
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (i, n.clone().extend(held.clone(), ttl_ms, timeout)));
+        let (verdict, seen) = tokio::sync::watch::channel(None);
+        let repair_timeout = self.node_timeout(ttl);
+        let calls = self.nodes.iter().enumerate().map(|(i, n)| {
+            let (n, held, seen) = (n.clone(), held.clone(), seen.clone());
+            let call = async move {
+                let vote = n.clone().extend(held.clone(), ttl_ms, timeout).await;
+                if vote == Vote::Refused {
+                    heal(&n, &held, 0, ttl_ms, repair_timeout, seen).await;
+                }
+                vote
+            };
+            (i, call)
+        });
         let votes = votes(
             // Finished, not dropped: a late extension still answered NOSCRIPT must be resent
             // (else that node keeps the old TTL); landing late only keeps our own key longer.
@@ -175,6 +183,7 @@ impl Inner {
         crate::base::metrics::failures(&votes.0);
         let reached = quorum::outcome(&votes.0) == Outcome::Reached;
         if reached && Instant::now() < current_deadline {
+            verdict.send_replace(Some(Arc::new(vec![Some(new_deadline)])));
             return Ok(new_deadline);
         }
         if Instant::now() >= current_deadline {
@@ -243,15 +252,22 @@ impl Inner {
                 Plan::Sent(batch.len() - 1, new_deadline)
             })
             .collect();
+        let (verdict, seen) = tokio::sync::watch::channel(None);
         let answers = match timeout {
             Some(timeout) => {
                 let items = batch.len();
                 let batch = Arc::new(batch);
-                let calls = self
-                    .nodes
-                    .iter()
-                    .enumerate()
-                    .map(|(i, n)| (i, n.clone().extend_many(batch.clone(), timeout)));
+                let repair_timeouts = self.repair_timeouts(&batch);
+                let calls = self.nodes.iter().enumerate().map(|(i, n)| {
+                    let call = extend_many_then_heal(
+                        n.clone(),
+                        batch.clone(),
+                        timeout,
+                        repair_timeouts.clone(),
+                        seen.clone(),
+                    );
+                    (i, call)
+                });
                 // Finished, not dropped: a late NOSCRIPT must still be resent.
                 fan_out(self.nodes.len(), calls, Some(until), Late::Finish, |a| {
                     each_known(a, items)
@@ -265,7 +281,9 @@ impl Inner {
             crate::base::metrics::failures(&item_votes(&answers, 0).0);
         }
         let now = Instant::now();
-        plans
+        // Per item of the batch: its new deadline when its extension won (for the repairs).
+        let mut won = vec![None; reqs.len()];
+        let results: Vec<Result<Instant>> = plans
             .into_iter()
             .zip(reqs)
             .map(|(plan, r)| match plan {
@@ -280,6 +298,9 @@ impl Inner {
                             votes,
                         })
                     } else if reached {
+                        if let Some(slot) = won.get_mut(k) {
+                            *slot = Some(new_deadline);
+                        }
                         Ok(new_deadline)
                     } else {
                         Err(self.round_failure(&r.held, Round::Extend, votes))
@@ -287,7 +308,106 @@ impl Inner {
                 }
             })
             .inspect(|r| crate::base::metrics::extension(r.is_ok()))
-            .collect()
+            .collect();
+        verdict.send_replace(Some(Arc::new(won)));
+        results
+    }
+}
+
+/// One node's share of a batched extend round: the extensions, then the repairs of the locks
+/// it refused (see [`heal`]), side by side (a node that lost every key, restarted, repairs many).
+async fn extend_many_then_heal(
+    node: Arc<crate::nodes::node::Node>,
+    batch: Arc<Vec<Extension>>,
+    timeout: Duration,
+    repair_timeouts: Arc<Vec<Duration>>,
+    seen: Verdict,
+) -> Vec<Vote> {
+    let votes = node.clone().extend_many(batch.clone(), timeout).await;
+    let each = votes.iter().zip(batch.iter()).zip(repair_timeouts.iter());
+    let repairs = each
+        .enumerate()
+        .filter(|(_, ((vote, _), _))| **vote == Vote::Refused)
+        .map(|(k, ((_, x), &t))| heal(&node, &x.held, k, x.ttl_ms, t, seen.clone()));
+    futures::future::join_all(repairs).await;
+    votes
+}
+
+/// What the nodes of an extend round see of its outcome, for their repairs: unset until the
+/// round is decided, then per lock of the round (by its index in the call) its new deadline
+/// when its extension won, else `None`. A round that ends undecided (failed, or dropped) drops
+/// the sender, and no repair follows.
+type Verdict = tokio::sync::watch::Receiver<Option<Arc<Vec<Option<Instant>>>>>;
+
+/// After `node` refused to extend lock `k` of a round (our keys missing there, or another
+/// value there): once the round is decided, and only if that lock's extension won on a quorum,
+/// re-set its keys on that node with `SET NX` (see `Node::repair`; never over another value),
+/// before the new deadline. So a lock that missed a node (down at its acquire, restarted since)
+/// regains it while held: see docs/algorithm.md, "Healing". Only plain locks heal
+/// ([`Held::heals`]).
+///
+/// Runs inside the node's call: at once when the round is already decided (a late answer,
+/// finished in the background by `fan_out`); otherwise in a task that waits for the verdict,
+/// so that this answer still reaches the round's decision.
+async fn heal(
+    node: &Arc<crate::nodes::node::Node>,
+    held: &Arc<Held>,
+    k: usize,
+    ttl_ms: u64,
+    timeout: Duration,
+    mut verdict: Verdict,
+) {
+    if !held.heals() {
+        return;
+    }
+    let (node, held) = (node.clone(), held.clone());
+    let decided = verdict.borrow().clone();
+    match decided {
+        Some(won) => {
+            repair_if_won(node, held, won.get(k).copied().flatten(), ttl_ms, timeout).await
+        }
+        None => {
+            tokio::spawn(async move {
+                let won = match verdict.wait_for(Option::is_some).await {
+                    Ok(v) => v.as_ref().and_then(|w| w.get(k).copied().flatten()),
+                    Err(_) => None,
+                };
+                repair_if_won(node, held, won, ttl_ms, timeout).await;
+            });
+        }
+    }
+}
+
+/// [`heal`]'s repair, when the lock's extension `won` (its new deadline) and that deadline has
+/// not passed; bounded by `timeout` and by the time left.
+async fn repair_if_won(
+    node: Arc<crate::nodes::node::Node>,
+    held: Arc<Held>,
+    won: Option<Instant>,
+    ttl_ms: u64,
+    timeout: Duration,
+) {
+    let Some(until) = won else { return };
+    let now = Instant::now();
+    if now >= until {
+        return;
+    }
+    let timeout = timeout.min(until.duration_since(now));
+    let Some(vote) = node.clone().repair(held.clone(), ttl_ms, timeout).await else {
+        return;
+    };
+    crate::base::metrics::repair(&vote);
+    if vote == Vote::Granted {
+        held.repairs.made();
+        tracing::debug!(node = %node.name, resources = ?held.resources, "fredlock: re-set a held lock's keys on a node that had lost them");
+    }
+}
+
+impl Inner {
+    /// Each lock's per-node timeout for its repairs (see [`heal`]).
+    fn repair_timeouts(&self, batch: &[Extension]) -> Arc<Vec<Duration>> {
+        let each = batch.iter().map(|x| Duration::from_millis(x.ttl_ms));
+        Arc::new(each.map(|ttl| self.node_timeout(ttl)).collect())
     }
 }
 

@@ -117,6 +117,8 @@ impl Lock {
     /// Marks the lock as no longer this handle's to release (a lease took it over).
     pub(crate) fn disarm(mut self) -> (Arc<Held>, Option<Vec<u64>>) {
         self.released = true;
+        // The lease's holder may release it at any time, on connections of its own.
+        self.held.repairs.close();
         (self.held.clone(), self.fencing.take())
     }
 
@@ -167,6 +169,14 @@ impl Lock {
         &self.held.value
     }
 
+    /// How many times a key of this lock was re-set on a node that had lost it (down at the
+    /// acquire, or restarted since): an extension that wins on a quorum re-sets the keys where
+    /// they are missing, with `SET NX`, so the lock regains the node (see
+    /// docs/algorithm.md, "Healing").
+    pub fn repairs(&self) -> u64 {
+        self.held.repairs.count()
+    }
+
     /// The TTL of the last acquire or extend.
     pub fn ttl(&self) -> Duration {
         self.ttl
@@ -200,8 +210,10 @@ impl Lock {
     }
 
     /// Extends the lock to `ttl` from now: every node resets its keys' TTL if our token is still
-    /// there (an expired key is never re-created). Succeeds with a quorum within the current
-    /// validity; the new deadline counts from the start of this call.
+    /// there. Succeeds with a quorum within the current validity; the new deadline counts from
+    /// the start of this call. A lock that lost its quorum is never re-created; once the
+    /// extension won, nodes where our keys were missing get them again with `SET NX` (never over
+    /// another value; see [`repairs`](Self::repairs)), which does not count toward the quorum.
     ///
     /// Errors: [`Error::NotHeld`](crate::Error::NotHeld) when the deadline passed or a quorum no longer holds our token
     /// (the lock is lost for good); [`Error::Unavailable`](crate::Error::Unavailable) when too few nodes answered but the lock

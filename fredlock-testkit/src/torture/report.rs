@@ -182,6 +182,9 @@ fn section_rows(t: &mut Table) {
     t.row("extends ok / attempted (live locks)", &|r| {
         format!("{} / {}", r.stats.extends_ok, r.stats.extends)
     });
+    t.row("keys re-set on nodes that had lost them (repairs)", &|r| {
+        r.stats.repairs.to_string()
+    });
     t.row("releases ok / not held / failed", &|r| {
         format!(
             "{} / {} / {}",

@@ -39,6 +39,9 @@ pub struct Stats {
     pub extends: u64,
     /// Of those, successful.
     pub extends_ok: u64,
+    /// Keys of held locks re-set on a node that had lost them (a node down at the grant, or
+    /// restarted since), by keep-alives and explicit extends (`Lock::repairs`).
+    pub repairs: u64,
     /// Releases that returned `Ok`.
     pub releases_ok: u64,
     /// Releases that returned `NotHeld`.
@@ -112,6 +115,7 @@ impl Stats {
         self.data_errors += o.data_errors;
         self.extends += o.extends;
         self.extends_ok += o.extends_ok;
+        self.repairs += o.repairs;
         self.releases_ok += o.releases_ok;
         self.releases_not_held += o.releases_not_held;
         self.releases_failed += o.releases_failed;

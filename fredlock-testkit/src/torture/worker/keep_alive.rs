@@ -74,6 +74,7 @@ impl Worker {
             }
         };
         self.checker().close(g, end, deadline);
+        self.stats.repairs += handle.repairs();
         watcher.abort();
         match guard.release().await {
             Ok(_) => self.stats.releases_ok += 1,
@@ -133,6 +134,7 @@ impl Worker {
                 .unwrap_or_else(|p| p.into_inner())
                 .unwrap_or_else(Instant::now);
             let deadline = handle.deadline();
+            self.stats.repairs += handle.repairs();
             if lost {
                 self.checker().lost_signal(g, stopped_at, deadline);
             }

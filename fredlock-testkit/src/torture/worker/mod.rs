@@ -151,6 +151,15 @@ fn draw_op(rng: &mut StdRng, config: &TortureConfig) -> Op {
         OpKind::Acquire | OpKind::TryAcquire | OpKind::Multi => n.min(3),
         _ => 2,
     });
+    let flag = rng.random_bool(0.3);
+    let flag2 = rng.random_bool(0.25);
+    if kind == OpKind::KeepAlive && flag2 {
+        // A long section (up to 12 TTLs): it often outlives a node's outage, so that its
+        // keep-alive finds the node back without the lock's key and repairs it there.
+        for step in &mut steps {
+            step.1 *= 4;
+        }
+    }
     Op {
         kind,
         resources: [a, b],
@@ -158,8 +167,8 @@ fn draw_op(rng: &mut StdRng, config: &TortureConfig) -> Op {
         ttl,
         ttl2,
         steps,
-        flag: rng.random_bool(0.3),
-        flag2: rng.random_bool(0.25),
+        flag,
+        flag2,
         offset_us: rng.random_range(-8_000..=3_000),
         pick: rng.random_range(0..1_000),
         think: Duration::from_micros(rng.random_range(0..=2_000)),

@@ -127,6 +127,7 @@ impl Worker {
     /// Closes the window at the release call's start (or the deadline), then releases.
     pub(super) async fn release(&mut self, grant: GrantId, lock: Lock) {
         self.checker().close(grant, Instant::now(), lock.deadline());
+        self.stats.repairs += lock.repairs();
         self.count_release(lock.release().await);
     }
 

@@ -1,6 +1,8 @@
 //! S4 and S5 at the script level ([`TakeoverProbe`]): on a resource only one client uses, the
-//! lock's keys are deleted (the lock is gone: extend must fail and not re-create them) or taken
-//! over by a foreign value (extend and release must not touch it) behind the lock's back.
+//! lock's keys are deleted (the lock is gone: extend must fail and not re-create them; or only
+//! on a minority of nodes, which lost them as a restart would: extend succeeds and re-sets
+//! them there) or taken over by a foreign value (extend and release must not touch it) behind
+//! the lock's back.
 //!
 //! Owns this probe, run as a task of its own so the client goes on meanwhile, and its admin
 //! commands on the probe's private keys. Must not touch any key but its own private one (the
@@ -38,6 +40,7 @@ impl Worker {
             resource: format!("private:{}:{}", self.id, self.private_seq),
             foreign: format!("takeover:{}:{}", self.id, self.private_seq),
             revive: op.flag,
+            minority: op.flag && op.pick % 2 == 0,
             stats: Stats::default(),
         };
         self.spawn_probe(probe.run()).await;
@@ -56,6 +59,9 @@ struct TakeoverProbe {
     foreign: String,
     /// Delete the keys (a revival probe) rather than take them over.
     revive: bool,
+    /// Delete them on a minority of the nodes only (nodes that lost the key, as a restart
+    /// empties one): the lock still holds a quorum, so its extend succeeds and re-sets them.
+    minority: bool,
     stats: Stats,
 }
 
@@ -108,9 +114,11 @@ impl TakeoverProbe {
                     ),
                 );
             }
-            self.check_extend(lock.token(), &key, b, a, &eligible, &same(&e0, &e1));
+            let undisturbed = same(&e0, &e1);
+            self.check_extend(lock.token(), &key, extended, b, a, &eligible, &undisturbed);
         }
         let token = lock.token().to_string();
+        self.stats.repairs += lock.repairs();
         let held = before.as_ref().map(|b| holders(b, &eligible, &token));
         self.checker().close(g, Instant::now(), lock.deadline());
         let released = lock.release().await.is_ok();
@@ -154,7 +162,12 @@ impl TakeoverProbe {
     /// the foreign value (a takeover).
     async fn take_keys(&self, key: &str) {
         let admin = self.env.admin.read().await;
-        for i in 0..self.env.config.nodes {
+        let n = self.env.config.nodes;
+        let targets = match self.minority {
+            true => n - self.env.config.quorum(),
+            false => n,
+        };
+        for i in 0..targets {
             let args: Vec<&str> = if self.revive {
                 vec!["DEL", key]
             } else {
@@ -165,11 +178,15 @@ impl TakeoverProbe {
     }
 
     /// After the extend: S5 (the deleted token is not back) or S4 (the foreign value is
-    /// untouched), on the nodes that may judge it.
+    /// untouched), on the nodes that may judge it. An extend that succeeded (a quorum still
+    /// held the token: nodes the deletion did not reach, checked above) re-sets the deleted
+    /// keys on purpose (a repair of a held lock), so the revival check applies to a failed one.
+    #[allow(clippy::too_many_arguments)]
     fn check_extend(
         &mut self,
         token: &str,
         key: &str,
+        extended: bool,
         b: &Inspection,
         a: &Inspection,
         eligible: &[bool],
@@ -177,6 +194,9 @@ impl TakeoverProbe {
     ) {
         if self.revive {
             self.stats.revivals += 1;
+            if extended {
+                return;
+            }
             self.checker().check_revival(
                 "extend after the keys were deleted",
                 token,
