@@ -212,46 +212,13 @@ impl Inner {
     /// Cancellation: dropping the future abandons the round; the calls already handed to fred
     /// still run on their nodes and only extend keys that still hold their lock's token.
     pub(crate) async fn extend_many(&self, reqs: &[ExtendRequest]) -> Vec<Result<Instant>> {
-        /// Each request: decided before sending, or sent as item `k` with its new deadline.
-        enum Plan {
-            Done(Error),
-            Sent(usize, Instant),
-        }
         let t0 = Instant::now();
-        let mut batch = Vec::with_capacity(reqs.len());
-        let mut timeout: Option<Duration> = None;
-        let mut until = t0;
-        let plans: Vec<Plan> = reqs
-            .iter()
-            .map(|r| {
-                let checked = quorum::ttl_millis(r.ttl)
-                    .and_then(|ms| Ok((ms, quorum::validity(r.ttl, self.drift_factor)?)));
-                let (ttl_ms, validity) = match checked {
-                    Ok(v) => v,
-                    Err(e) => return Plan::Done(e.into()),
-                };
-                if t0 >= r.deadline {
-                    return Plan::Done(Error::NotHeld {
-                        resources: r.held.names(),
-                        reason: NotHeldReason::Expired,
-                        votes: Votes::default(),
-                    });
-                }
-                let Some(new_deadline) = t0.checked_add(validity) else {
-                    return Plan::Done(InvalidInput::TtlTooLarge(r.ttl).into());
-                };
-                let patience = self
-                    .node_timeout(r.ttl)
-                    .max(r.deadline.duration_since(t0) / 2);
-                timeout = Some(timeout.map_or(patience, |t| t.min(patience)));
-                until = until.max(r.deadline);
-                batch.push(Extension {
-                    held: r.held.clone(),
-                    ttl_ms,
-                });
-                Plan::Sent(batch.len() - 1, new_deadline)
-            })
-            .collect();
+        let Planned {
+            plans,
+            batch,
+            timeout,
+            until,
+        } = self.plan_extensions(reqs, t0);
         let (verdict, seen) = tokio::sync::watch::channel(None);
         let answers = match timeout {
             Some(timeout) => {
@@ -311,6 +278,70 @@ impl Inner {
             .collect();
         verdict.send_replace(Some(Arc::new(won)));
         results
+    }
+}
+
+/// Each request of a batched extension: decided before sending, or sent as item `k` with its
+/// new deadline.
+enum Plan {
+    Done(Error),
+    Sent(usize, Instant),
+}
+
+/// A batched extension round before it is sent (see [`Inner::plan_extensions`]).
+struct Planned {
+    plans: Vec<Plan>,
+    /// What is sent, one item per `Plan::Sent`.
+    batch: Vec<Extension>,
+    /// The most patient per-node timeout every lock allows; `None` when nothing is sent.
+    timeout: Option<Duration>,
+    /// The latest current deadline among the locks sent.
+    until: Instant,
+}
+
+impl Inner {
+    /// Checks each request at `t0` (TTL, deadline, new deadline) and builds what is sent.
+    fn plan_extensions(&self, reqs: &[ExtendRequest], t0: Instant) -> Planned {
+        let mut batch = Vec::with_capacity(reqs.len());
+        let mut timeout: Option<Duration> = None;
+        let mut until = t0;
+        let plans: Vec<Plan> = reqs
+            .iter()
+            .map(|r| {
+                let checked = quorum::ttl_millis(r.ttl)
+                    .and_then(|ms| Ok((ms, quorum::validity(r.ttl, self.drift_factor)?)));
+                let (ttl_ms, validity) = match checked {
+                    Ok(v) => v,
+                    Err(e) => return Plan::Done(e.into()),
+                };
+                if t0 >= r.deadline {
+                    return Plan::Done(Error::NotHeld {
+                        resources: r.held.names(),
+                        reason: NotHeldReason::Expired,
+                        votes: Votes::default(),
+                    });
+                }
+                let Some(new_deadline) = t0.checked_add(validity) else {
+                    return Plan::Done(InvalidInput::TtlTooLarge(r.ttl).into());
+                };
+                let patience = self
+                    .node_timeout(r.ttl)
+                    .max(r.deadline.duration_since(t0) / 2);
+                timeout = Some(timeout.map_or(patience, |t| t.min(patience)));
+                until = until.max(r.deadline);
+                batch.push(Extension {
+                    held: r.held.clone(),
+                    ttl_ms,
+                });
+                Plan::Sent(batch.len() - 1, new_deadline)
+            })
+            .collect();
+        Planned {
+            plans,
+            batch,
+            timeout,
+            until,
+        }
     }
 }
 
