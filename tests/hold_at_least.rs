@@ -236,39 +236,3 @@ async fn a_late_node_without_the_script_still_shortens() {
         "node 2 kept the full TTL: the late NOSCRIPT was never resent"
     );
 }
-
-/// Node 2 is busy (paused with an acquire in flight and a batch behind it) when the lock is
-/// granted by nodes 0 and 1, so the lock's `SET` still waits in node 2's batcher queue when the
-/// early release shortens the keys: the shortening must land after that `SET`, not overtake it
-/// (the `SET` would then keep the full TTL on node 2).
-#[tokio::test]
-async fn a_shortening_never_overtakes_the_set_still_queued_on_a_node() {
-    let (nodes, redlock) = local_with(3, |b| b).await;
-    let (r, key) = resource(&redlock, "hold-queued");
-    nodes.client_pause(2, 300).await.expect("CLIENT PAUSE");
-    // Two other locks: the first one's SET goes to node 2 at once, the second's in a batch
-    // behind it, so node 2's batcher is waiting for an answer when our SET is queued.
-    for k in 0..2 {
-        let (redlock, other) = (redlock.clone(), format!("{r}-busy{k}"));
-        tokio::spawn(async move { redlock.try_acquire(other.as_str(), SECOND).await });
-        for _ in 0..3 {
-            tokio::task::yield_now().await;
-        }
-    }
-    let options = AcquireOptions::new().hold_at_least(3 * SECOND);
-    let lock = redlock
-        .acquire_using(r.as_str(), 60 * SECOND, &options)
-        .await
-        .expect("acquire");
-    lock.release().await.expect("release");
-    let shortened = eventually(10 * SECOND, || async {
-        let left = nodes.pttl(2, &key).await.expect("PTTL");
-        (-2..=3_000).contains(&left)
-    })
-    .await;
-    assert!(
-        shortened,
-        "node 2: PTTL {} (the shortening overtook the SET)",
-        nodes.pttl(2, &key).await.expect("PTTL")
-    );
-}

@@ -205,8 +205,6 @@ struct Op {
     reply: oneshot::Sender<Result<Value, NodeError>>,
     /// How often this (release) was resent after a connection failure (see [`resend`]).
     resent: u32,
-    /// Its place in the queue's order (see [`Batch::after_queued`]).
-    seq: u64,
 }
 
 /// A release nobody waits for any more is resent after a connection failure at most this often.
@@ -244,37 +242,11 @@ struct Queue {
     started: bool,
     /// The node is gone: queued operations fail, the batcher ends.
     closed: bool,
-    /// The `seq` of the last operation queued.
-    pushed: u64,
-    /// Every operation up to this `seq` was handed to fred (or answered unsent, or dropped).
-    handed: u64,
-}
-
-impl Queue {
-    /// Gives `op` the next place in the order and queues it.
-    fn push(&mut self, mut op: Op) {
-        self.pushed += 1;
-        op.seq = self.pushed;
-        self.ops.push(op);
-    }
 }
 
 struct Shared {
     queue: Mutex<Queue>,
     notify: Notify,
-    /// Woken each time `Queue::handed` moves (see [`Batch::after_queued`]).
-    handed: Notify,
-}
-
-impl Shared {
-    /// Every operation up to `seq` left the queue for fred (or was answered without it).
-    fn mark_handed(&self, seq: u64) {
-        {
-            let mut q = lock(&self.queue);
-            q.handed = q.handed.max(seq);
-        }
-        self.handed.notify_waiters();
-    }
 }
 
 /// The hot-path sender of one single-server node.
@@ -307,7 +279,6 @@ impl Batch {
             shared: Arc::new(Shared {
                 queue: Mutex::new(Queue::default()),
                 notify: Notify::new(),
-                handed: Notify::new(),
             }),
         }
     }
@@ -336,11 +307,9 @@ impl Batch {
         let ops = {
             let mut q = lock(&self.shared.queue);
             q.closed = true;
-            q.handed = q.pushed;
             std::mem::take(&mut q.ops)
         };
         self.shared.notify.notify_one();
-        self.shared.handed.notify_waiters();
         for op in ops {
             let _ = op.reply.send(Err(self.closed()));
         }
@@ -352,30 +321,6 @@ impl Batch {
             kind: NodeErrorKind::Client,
             message: "the node was closed before this command was sent".to_string(),
         }
-    }
-
-    /// Resolves once every operation queued here so far has been handed to fred (or answered
-    /// without being sent): a command sent to this node's client after that is written behind
-    /// them. Every command for a single-server node that does not go through this queue waits
-    /// here first (see `Node::call`), so commands leave for a node in the order they were
-    /// issued: a shortening or an extension never overtakes the acquire's `SET` still queued
-    /// here, which would then land after it with the full TTL. Immediate (no await) when nothing
-    /// is queued, which is the common case.
-    ///
-    /// Fails with a timeout, nothing sent, when the queue does not move within `timeout` (as
-    /// fred skips a timed-out command it has not written). Dropping the future sends nothing.
-    pub(crate) async fn after_queued(&self, timeout: Duration) -> Result<(), NodeError> {
-        after_queued(&self.shared, &self.state, timeout).await
-    }
-
-    /// This queue's order, owned (for a command that finishes in a task of its own).
-    pub(crate) fn order(&self) -> Order {
-        Order(self.shared.clone(), self.state.clone())
-    }
-
-    /// This queue's order, borrowed.
-    pub(crate) fn order_ref(&self) -> OrderRef<'_> {
-        OrderRef(&self.shared, &self.state)
     }
 
     async fn run(
@@ -393,13 +338,12 @@ impl Batch {
                 let (tx, rx) = oneshot::channel();
                 let now = Instant::now();
                 let deadline = now.checked_add(timeout).unwrap_or(now);
-                q.push(Op {
+                q.ops.push(Op {
                     held: held.clone(),
                     kind,
                     deadline,
                     reply: tx,
                     resent: 0,
-                    seq: 0,
                 });
                 let start = !q.started;
                 q.started = true;
@@ -606,12 +550,8 @@ impl Drop for Running {
                 .into_iter()
                 .partition::<Vec<Op>, _>(|op| !op.reply.is_closed());
             q.ops = orphans;
-            // Nothing queued now waits for an answer: nothing need keep its place ahead of a
-            // later command (the orphaned releases go whenever a batcher runs again).
-            q.handed = q.pushed;
             waiting
         };
-        self.0.handed.notify_waiters();
         for op in waiting {
             let _ = op.reply.send(Err(NodeError {
                 node: self.1.clone(),
@@ -619,60 +559,6 @@ impl Drop for Running {
                 message: "the batcher's runtime shut down before this command was sent".into(),
             }));
         }
-    }
-}
-
-/// [`Batch::after_queued`] over the queue's parts.
-async fn after_queued(shared: &Shared, state: &State, timeout: Duration) -> Result<(), NodeError> {
-    let target = {
-        let q = lock(&shared.queue);
-        if q.handed >= q.pushed || q.closed {
-            return Ok(());
-        }
-        q.pushed
-    };
-    let wait = async {
-        loop {
-            let notified = shared.handed.notified();
-            let mut notified = std::pin::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let q = lock(&shared.queue);
-                if q.handed >= target || q.closed {
-                    return;
-                }
-            }
-            notified.await;
-        }
-    };
-    tokio::time::timeout(timeout, wait)
-        .await
-        .map_err(|_| NodeError {
-            node: state.name.clone(),
-            kind: NodeErrorKind::Timeout,
-            message: "timed out before it was sent (queued behind this node's earlier commands)"
-                .to_string(),
-        })
-}
-
-/// A node's queue order, owned: see [`Batch::after_queued`].
-pub(crate) struct Order(Arc<Shared>, Arc<State>);
-
-impl Order {
-    /// Borrowed.
-    pub(crate) fn as_ref(&self) -> OrderRef<'_> {
-        OrderRef(&self.0, &self.1)
-    }
-}
-
-/// A node's queue order, borrowed: see [`Batch::after_queued`].
-#[derive(Clone, Copy)]
-pub(crate) struct OrderRef<'a>(&'a Shared, &'a State);
-
-impl OrderRef<'_> {
-    /// [`Batch::after_queued`].
-    pub(crate) async fn after_queued(&self, timeout: Duration) -> Result<(), NodeError> {
-        after_queued(self.0, self.1, timeout).await
     }
 }
 
@@ -698,15 +584,7 @@ async fn batcher(client: Client, state: Arc<State>, shared: Arc<Shared>) {
             notified.await;
             continue;
         };
-        let last = ops.last().map_or(0, |op| op.seq);
-        let mut send = std::pin::pin!(send_batch(&client, &state, &shared, ops));
-        // The first poll hands every operation to fred (or answers it unsent): later commands
-        // for this node may go now (see `Batch::after_queued`).
-        let sent = futures::poll!(send.as_mut());
-        shared.mark_handed(last);
-        if sent.is_pending() {
-            send.await;
-        }
+        send_batch(&client, &state, &shared, ops).await;
         lock(&shared.queue).batch = false;
     }
 }
@@ -826,9 +704,7 @@ fn resend(client: &Client, shared: &Arc<Shared>, mut orphans: Vec<Op>) {
             return;
         }
         let first = q.ops.is_empty();
-        for op in orphans {
-            q.push(op);
-        }
+        q.ops.extend(orphans);
         drop(q);
         if first {
             shared.notify.notify_one();

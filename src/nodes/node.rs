@@ -35,7 +35,7 @@ use fred::types::{ClusterHash, CustomCommand};
 
 use crate::base::error::{InvalidInput, NodeError, NodeErrorKind, Vote};
 use crate::base::scripts::Script;
-use crate::nodes::batch::{Batch, OrderRef};
+use crate::nodes::batch::Batch;
 pub(crate) use crate::nodes::batch::{Held, LineRef};
 use crate::nodes::cluster::Shards;
 use crate::nodes::connection::{self, options, Link, Servers, State};
@@ -267,9 +267,7 @@ impl Node {
     }
 
     /// One command with fredlock's options: fred's own timeout, one attempt, fail fast while the
-    /// connection is down. On a single server it leaves after everything this node's batcher
-    /// took before it (see `Batch::after_queued`): every command for a node leaves in the
-    /// order it was issued, batched or not.
+    /// connection is down.
     pub(super) async fn call(
         &self,
         cmd: &'static str,
@@ -277,35 +275,7 @@ impl Node {
         args: Vec<Value>,
         timeout: Duration,
     ) -> Result<Value, NodeError> {
-        let order = self.batch.as_ref().map(Batch::order_ref);
-        send(
-            &self.backend,
-            order,
-            &self.state,
-            cmd,
-            key_offset,
-            args,
-            timeout,
-        )
-        .await
-    }
-
-    /// This node's client for commands sent without [`call`](Self::call) (the native paths),
-    /// once everything its batcher took before has been handed to fred (see `call`); `None`
-    /// for a cluster node.
-    pub(super) async fn ordered_client(
-        &self,
-        timeout: Duration,
-    ) -> Option<Result<&Client, NodeError>> {
-        let Backend::Server(client) = &self.backend else {
-            return None;
-        };
-        if let Some(batch) = &self.batch {
-            if let Err(e) = batch.after_queued(timeout).await {
-                return Some(Err(e));
-            }
-        }
-        Some(Ok(client))
+        send(&self.backend, &self.state, cmd, key_offset, args, timeout).await
     }
 
     /// EVALSHA, and on NOSCRIPT an immediate EVAL on the same connection. EVAL-only scripts are
@@ -332,22 +302,17 @@ impl Node {
             let reply = self.call("EVAL", 2, args(script.body), timeout).await;
             return crate::nodes::native::scripted(&self.state, reply);
         }
-        let route = (
-            self.backend.clone(),
-            self.batch.as_ref().map(Batch::order),
-            self.state.clone(),
-        );
+        let route = (self.backend.clone(), self.state.clone());
         let (sha, body) = (args(&script.sha), script.body);
         let name = self.name.clone();
         let work = async move {
-            let (backend, order, state) = route;
-            let order = order.as_ref().map(|o| o.as_ref());
+            let (backend, state) = route;
             let mut eval = sha.clone();
-            let reply = match send(&backend, order, &state, "EVALSHA", 2, sha, timeout).await {
+            let reply = match send(&backend, &state, "EVALSHA", 2, sha, timeout).await {
                 Err(e) if e.kind == NodeErrorKind::Server && e.message.contains("NOSCRIPT") => {
                     tracing::debug!(node = %name, "NOSCRIPT: resending the script with EVAL");
                     eval[0] = Value::from(body);
-                    send(&backend, order, &state, "EVAL", 2, eval, timeout).await
+                    send(&backend, &state, "EVAL", 2, eval, timeout).await
                 }
                 other => other,
             };
@@ -432,11 +397,9 @@ impl Node {
     }
 }
 
-/// One command to `backend` with fredlock's options, behind `order` (the node's batcher queue,
-/// see `Node::call`).
+/// One command to `backend` with fredlock's options.
 async fn send(
     backend: &Backend,
-    order: Option<OrderRef<'_>>,
     state: &Arc<State>,
     cmd: &'static str,
     key_offset: usize,
@@ -459,9 +422,6 @@ async fn send(
             return Box::pin(shards.call(cmd, &key, args, timeout, None)).await;
         }
     };
-    if let Some(order) = order {
-        order.after_queued(timeout).await?;
-    }
     let command = CustomCommand::new_static(cmd, ClusterHash::Offset(key_offset), false);
     // Boxed: fred's command futures are ~5 KB and would otherwise be copied into every
     // per-node future of every round (measured: the largest user-space cost per cycle).

@@ -115,10 +115,7 @@ impl Node {
         batch: &[Extension],
         timeout: Duration,
     ) -> Option<Vec<Vote>> {
-        let client = match self.ordered_client(timeout).await? {
-            Ok(client) => client,
-            Err(e) => return Some(batch.iter().map(|_| Vote::Failed(e.clone())).collect()),
-        };
+        let client = self.client()?;
         if !self.state.caps.lua_free_only() {
             return None;
         }

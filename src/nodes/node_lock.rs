@@ -350,16 +350,12 @@ impl Node {
     /// A one-key lock's extension with `SET ... IFEQ` (see `native`) on a single server that
     /// has it; `None` where the script does it.
     async fn extend_native(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Option<Vote> {
-        let (Backend::Server(_), [key]) = (&self.backend, held.keys.as_slice()) else {
+        let (Backend::Server(client), [key]) = (&self.backend, held.keys.as_slice()) else {
             return None;
         };
         if let Err(e) = self.state.counts() {
             return Some(Vote::Failed(e));
         }
-        let client = match self.ordered_client(timeout).await? {
-            Ok(client) => client,
-            Err(e) => return Some(Vote::Failed(e)),
-        };
         let reply =
             crate::nodes::native::extend(client, &self.state, key, &held.value, ttl_ms, timeout)
                 .await?;

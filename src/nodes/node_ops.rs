@@ -56,17 +56,12 @@ impl Node {
         timeout: Duration,
     ) -> Result<Option<(String, i64)>, NodeError> {
         // Where scripts are denied but plain locks work: GET and PTTL (see `native`).
-        if let (Backend::Server(_), true) = (&self.backend, self.state.caps.lua_free_only()) {
+        if let (Backend::Server(client), true) = (&self.backend, self.state.caps.lua_free_only()) {
             if let Err(e) = self.state.counts() {
                 if e.kind == NodeErrorKind::Duplicate {
                     return Err(e);
                 }
             }
-            let client = match self.ordered_client(timeout).await {
-                Some(Ok(client)) => client,
-                Some(Err(e)) => return Err(e),
-                None => return Err(self.unexpected("client")),
-            };
             let reply = crate::nodes::native::inspect(client, &self.state, &key, timeout).await;
             return reply::holder(&self.name, reply);
         }
