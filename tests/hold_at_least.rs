@@ -236,3 +236,51 @@ async fn a_late_node_without_the_script_still_shortens() {
         "node 2 kept the full TTL: the late NOSCRIPT was never resent"
     );
 }
+
+/// Node 2 is busy (paused, with another lock's `SET` in flight and a batch behind it) when our
+/// lock is granted by nodes 0 and 1, so our `SET` still waits in node 2's batcher queue when the
+/// early release shortens the key: the shortening must leave after that `SET`, not overtake it
+/// (node 2 would then keep the full 60 s TTL). The resource is one whose wait line is not on
+/// node 2 (a gate node takes the line script, not the queue).
+#[tokio::test]
+async fn a_shortening_never_overtakes_the_set_still_queued_on_a_node() {
+    let (nodes, redlock) = local_with(3, |b| b.node_timeout(2 * SECOND)).await;
+    let mut names = (0..)
+        .map(|_| resource(&redlock, "hold-queued"))
+        .filter(|(r, _)| redlock.line_node(r) != Some(2));
+    let (r, key) = names.next().expect("a resource gated elsewhere");
+    nodes.client_pause(2, 300).await.expect("CLIENT PAUSE");
+    // Two other locks: the first one's SET goes to node 2 at once, the second's in a batch
+    // behind it, so node 2's batcher waits for an answer when our SET is queued.
+    let mut busy = Vec::new();
+    for _ in 0..2 {
+        let (redlock, (other, _)) = (redlock.clone(), names.next().expect("another"));
+        busy.push(tokio::spawn(async move {
+            redlock.try_acquire(other.as_str(), 10 * SECOND).await
+        }));
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+    }
+    let options = AcquireOptions::new().hold_at_least(3 * SECOND);
+    let lock = redlock
+        .acquire_using(r.as_str(), 60 * SECOND, &options)
+        .await
+        .expect("acquire");
+    lock.release().await.expect("release");
+    for task in busy {
+        let _ = task.await;
+    }
+    // Node 2 gets the key (our SET) and then its shortening: the key must be seen shortened
+    // (with the order broken, it stays at the full TTL).
+    let shortened = eventually(10 * SECOND, || async {
+        let left = nodes.pttl(2, &key).await.expect("PTTL");
+        (1..=3_000).contains(&left)
+    })
+    .await;
+    let left = nodes.pttl(2, &key).await.expect("PTTL");
+    assert!(
+        shortened,
+        "node 2: PTTL {left} ms: the shortening overtook the SET queued there"
+    );
+}

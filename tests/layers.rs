@@ -35,6 +35,7 @@ const FOLDERS: &[(&str, &[&str])] = &[
             "topology",
             "native",
             "batch",
+            "batcher",
             "node",
             "node_gate",
             "node_lock",
@@ -97,6 +98,7 @@ const LAYERS: &[&[&str]] = &[
     &["topology", "node_status"],
     &["cluster", "native"],
     &["batch"],
+    &["batcher"],
     &["node", "quorum"],
     &["node_gate"],
     &[

@@ -19,12 +19,21 @@
 //!   not run scripts, in its plain form, written together), and waits for the answer before it
 //!   sends the next batch, so operations arriving meanwhile accumulate.
 //!
+//! - **Every other command in the same order.** Any other command for the node (a script, an
+//!   extension, a shortening, a fencing raise, a gate's line script: see `Batch::ordered`)
+//!   goes the same way: sent by its caller at once when nothing is queued or being handed to
+//!   fred, else queued, and the batcher sends it alone in its place, right after what was
+//!   queued before it was handed to fred (it does not wait for a batch's answer).
+//!
 //! What it keeps, and why each holds:
-//! - **Per-node order.** The queue is FIFO and the script runs its operations in queue order; a
-//!   direct send happens only when nothing is queued or being handed to fred, and only one
-//!   direct send is in flight at a time; every send goes through the node's one fred client
-//!   (one connection). So a release is never written before its token's `SET` on a node: it is
-//!   created after that `SET` was handed over (queued or in fred), and lands behind it.
+//! - **Per-node order.** The queue is FIFO; the batcher hands over what it takes in queue order
+//!   (the script runs a batch's operations in queue order); a direct send happens only when
+//!   nothing is queued or being handed to fred; every send goes through the node's one fred
+//!   client (one connection). A command's future queues it or hands it to fred when first
+//!   polled, so a command issued after another one for the same key (a release after its
+//!   `SET`, a shortening after the `SET` still queued on a busy node) is written after it.
+//!   Once queued, a command is sent even if its caller stops waiting, as fred sends a command
+//!   it holds: so an acquire's clean-up never overtakes the acquire it cleans up.
 //! - **No replay.** A batch is sent once, with one attempt (fredlock's fred options): a call
 //!   that fails or times out fails every operation it carried, whose outcome then counts as
 //!   unknown (an acquire cleans up there, a release is retried by `background`), exactly as
@@ -38,8 +47,8 @@
 //! - **Cancellation.** A caller that stops waiting leaves its operation to the batcher: it is
 //!   sent anyway, and whatever follows it (an acquire's clean-up release) queues behind it.
 //!
-//! Owns: the queue and the batcher task of one node; sending an acquire's `SET` and a release in
-//! plain form. Must not: decide votes (node and reply do), or batch anything whose reply
+//! Owns: the queue of one node (its batcher task is `batcher`); sending an acquire's `SET` and a
+//! release in plain form. Must not: decide votes (node and reply do), or batch anything whose reply
 //! carries more than a 1/0 answer (fenced acquires, multi-key locks and cluster nodes take
 //! their own paths in `node`).
 
@@ -190,29 +199,55 @@ impl Held {
 
 /// What an operation does to its lock's (single) key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     /// `SET key token NX PX ttl_ms`.
     Acquire { ttl_ms: u64 },
     /// The release script.
     Release,
 }
 
+/// Any other command for this node (see `Batch::ordered`): started by the batcher with the
+/// time left before its deadline; the future it returns hands the command to fred when first
+/// polled and answers its caller itself.
+pub(super) type Start = Box<dyn FnOnce(Duration) -> Unit + Send>;
+type Unit = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// What a queued operation is.
+pub(super) enum Work {
+    /// A hot-path operation on `held`'s one key, batched with its neighbours.
+    Key { held: Arc<Held>, kind: Kind },
+    /// Any other command, on `keys`, sent alone once no operation queued before it touches
+    /// one of its keys.
+    Call { keys: Vec<String>, start: Start },
+}
+
+impl Work {
+    /// Whether this operation touches one of `keys`.
+    pub(super) fn touches(&self, keys: &[String]) -> bool {
+        match self {
+            Work::Key { held, .. } => held.keys.first().is_some_and(|k| keys.contains(k)),
+            Work::Call { keys: mine, .. } => mine.iter().any(|k| keys.contains(k)),
+        }
+    }
+}
+
 /// One queued operation.
-struct Op {
-    held: Arc<Held>,
-    kind: Kind,
-    deadline: Instant,
-    reply: oneshot::Sender<Result<Value, NodeError>>,
+pub(super) struct Op {
+    pub(super) work: Work,
+    pub(super) deadline: Instant,
+    pub(super) reply: oneshot::Sender<Result<Value, NodeError>>,
     /// How often this (release) was resent after a connection failure (see [`resend`]).
-    resent: u32,
+    pub(super) resent: u32,
 }
 
 /// A release nobody waits for any more is resent after a connection failure at most this often.
 const MAX_RESENDS: u32 = 8;
 
-/// A release whose caller stopped waiting for its answer.
-fn orphaned_release(op: &Op) -> bool {
-    matches!(op.kind, Kind::Release) && op.reply.is_closed()
+/// A release whose caller stopped waiting for its answer, and whose token is fresh (see
+/// [`Op::orphaned`]).
+pub(super) fn orphaned_release(op: &Op) -> bool {
+    matches!(&op.work, Work::Key { held, kind: Kind::Release } if !held.custom)
+        && op.reply.is_closed()
 }
 
 impl Op {
@@ -223,172 +258,43 @@ impl Op {
     ///
     /// Never with a caller's token: it repeats across one acquire's attempts, and a late
     /// release could delete what the next attempt set.
-    fn orphaned(&self, answer: &Result<Value, NodeError>) -> bool {
+    pub(super) fn orphaned(&self, answer: &Result<Value, NodeError>) -> bool {
         orphaned_release(self)
-            && !self.held.custom
             && self.resent < MAX_RESENDS
             && matches!(answer, Err(e) if matches!(e.kind, NodeErrorKind::Connection | NodeErrorKind::Timeout | NodeErrorKind::Client))
     }
 }
 
 #[derive(Default)]
-struct Queue {
-    ops: Vec<Op>,
+pub(super) struct Queue {
+    pub(super) ops: Vec<Op>,
     /// A batch was taken from the queue and is being handed to fred or awaits its answer.
-    batch: bool,
+    pub(super) batch: bool,
+    /// The batcher took a batch or a call from the queue and has not handed it to fred yet:
+    /// nothing may be sent directly meanwhile (it would overtake what was queued before it).
+    pub(super) handing: bool,
     /// Direct sends handed to fred (or about to be) and not answered yet.
-    direct: usize,
+    pub(super) direct: usize,
     /// The batcher task was started.
-    started: bool,
+    pub(super) started: bool,
     /// The node is gone: queued operations fail, the batcher ends.
-    closed: bool,
+    pub(super) closed: bool,
 }
 
-struct Shared {
-    queue: Mutex<Queue>,
-    notify: Notify,
+pub(super) struct Shared {
+    pub(super) queue: Mutex<Queue>,
+    pub(super) notify: Notify,
 }
 
-/// The hot-path sender of one single-server node.
-pub(crate) struct Batch {
-    client: Client,
-    state: Arc<State>,
-    shared: Arc<Shared>,
-}
-
-/// Marks a direct send as answered (or abandoned) when dropped.
-struct Direct<'a>(&'a Shared);
-
-impl Drop for Direct<'_> {
-    fn drop(&mut self) {
-        let mut q = lock(&self.0.queue);
-        q.direct = q.direct.saturating_sub(1);
-    }
-}
-
-fn lock(m: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
+pub(super) fn lock(m: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
     // The queue holds no invariant a panic could break half-way (no code panics while holding it).
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Batch {
-    pub(crate) fn new(client: Client, state: Arc<State>) -> Batch {
-        Batch {
-            client,
-            state,
-            shared: Arc::new(Shared {
-                queue: Mutex::new(Queue::default()),
-                notify: Notify::new(),
-            }),
-        }
-    }
-
-    /// `SET key token NX PX ttl_ms` for `held`'s one key: the plain command's reply (`OK` or nil).
-    pub(crate) async fn acquire(
-        &self,
-        held: &Arc<Held>,
-        ttl_ms: u64,
-        timeout: Duration,
-    ) -> Result<Value, NodeError> {
-        self.run(held, Kind::Acquire { ttl_ms }, timeout).await
-    }
-
-    /// The release script for `held`'s one key: the plain script's reply (keys deleted).
-    pub(crate) async fn release(
-        &self,
-        held: &Arc<Held>,
-        timeout: Duration,
-    ) -> Result<Value, NodeError> {
-        self.run(held, Kind::Release, timeout).await
-    }
-
-    /// Fails every queued operation and ends the batcher (the node is dropped).
-    pub(crate) fn close(&self) {
-        let ops = {
-            let mut q = lock(&self.shared.queue);
-            q.closed = true;
-            std::mem::take(&mut q.ops)
-        };
-        self.shared.notify.notify_one();
-        for op in ops {
-            let _ = op.reply.send(Err(self.closed()));
-        }
-    }
-
-    fn closed(&self) -> NodeError {
-        NodeError {
-            node: self.state.name.clone(),
-            kind: NodeErrorKind::Client,
-            message: "the node was closed before this command was sent".to_string(),
-        }
-    }
-
-    async fn run(
-        &self,
-        held: &Arc<Held>,
-        kind: Kind,
-        timeout: Duration,
-    ) -> Result<Value, NodeError> {
-        let rx = {
-            let mut q = lock(&self.shared.queue);
-            if q.closed || (q.ops.is_empty() && !q.batch && q.direct == 0) {
-                q.direct += 1;
-                None
-            } else {
-                let (tx, rx) = oneshot::channel();
-                let now = Instant::now();
-                let deadline = now.checked_add(timeout).unwrap_or(now);
-                q.ops.push(Op {
-                    held: held.clone(),
-                    kind,
-                    deadline,
-                    reply: tx,
-                    resent: 0,
-                });
-                let start = !q.started;
-                q.started = true;
-                let first = q.ops.len() == 1;
-                drop(q);
-                if start {
-                    tokio::spawn(batcher(
-                        self.client.clone(),
-                        self.state.clone(),
-                        self.shared.clone(),
-                    ));
-                }
-                if first {
-                    self.shared.notify.notify_one();
-                }
-                Some(rx)
-            }
-        };
-        match rx {
-            None => {
-                let _direct = Direct(&self.shared);
-                // Handed to fred on this first poll, before anything else can be sent here.
-                send_one(&self.client, &self.state, held, kind, timeout).await
-            }
-            Some(rx) => rx.await.unwrap_or_else(|_| {
-                Err(NodeError {
-                    node: self.state.name.clone(),
-                    kind: NodeErrorKind::Client,
-                    message: "the batcher ended without an answer".to_string(),
-                })
-            }),
-        }
-    }
-}
-
-impl Drop for Batch {
-    fn drop(&mut self) {
-        self.close();
-    }
 }
 
 /// One operation in its plain form, with fredlock's options: the typed `SET` (fred batches
 /// those into one write), or the release: the node's native compare-and-delete when it has one
 /// (`native`), else the release script (see [`release_script`]).
-async fn send_one(
+pub(super) async fn send_one(
     client: &Client,
     state: &Arc<State>,
     held: &Held,
@@ -484,7 +390,9 @@ async fn release_script(
     .await
 }
 
-type Boxed = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, NodeError>> + Send>>;
+/// A boxed command future.
+pub(crate) type Boxed<T = Result<Value, NodeError>> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 
 /// A command that, once handed to fred (polled once), runs to its end even if its caller
 /// stops waiting: dropped half-way, the rest (waiting for the answer, and the EVAL after a
@@ -533,184 +441,3 @@ impl Drop for Finish {
         }
     }
 }
-
-/// Marks the batcher as gone when its task ends, however it ends (the node closed, or the
-/// runtime that ran it shut down, dropping it mid-batch): the next operation queued starts a
-/// new one on its own runtime, and callers still waiting for a queued operation are answered
-/// with an error rather than left waiting (releases nobody waits for stay queued for it).
-struct Running(Arc<Shared>, String);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let waiting = {
-            let mut q = lock(&self.0.queue);
-            q.started = false;
-            q.batch = false;
-            let (waiting, orphans) = std::mem::take(&mut q.ops)
-                .into_iter()
-                .partition::<Vec<Op>, _>(|op| !op.reply.is_closed());
-            q.ops = orphans;
-            waiting
-        };
-        for op in waiting {
-            let _ = op.reply.send(Err(NodeError {
-                node: self.1.clone(),
-                kind: NodeErrorKind::Client,
-                message: "the batcher's runtime shut down before this command was sent".into(),
-            }));
-        }
-    }
-}
-
-/// The batcher of one node: sends what is queued, one batch at a time, until the node closes.
-async fn batcher(client: Client, state: Arc<State>, shared: Arc<Shared>) {
-    let _running = Running(shared.clone(), state.name.clone());
-    loop {
-        let notified = shared.notify.notified();
-        let ops = {
-            let mut q = lock(&shared.queue);
-            if q.closed {
-                return;
-            }
-            if q.ops.is_empty() {
-                None
-            } else {
-                q.batch = true;
-                let n = q.ops.len().min(MAX_OPS);
-                Some(q.ops.drain(..n).collect::<Vec<Op>>())
-            }
-        };
-        let Some(ops) = ops else {
-            notified.await;
-            continue;
-        };
-        send_batch(&client, &state, &shared, ops).await;
-        lock(&shared.queue).batch = false;
-    }
-}
-
-/// Sends `ops` as one call and answers each. Operations whose deadline passed are answered
-/// with a timeout and not sent.
-async fn send_batch(client: &Client, state: &Arc<State>, shared: &Arc<Shared>, ops: Vec<Op>) {
-    let now = Instant::now();
-    // A release nobody waits for is sent late rather than not at all (it deletes only its own
-    // token, and its SET was sent before it).
-    // Not with a caller's token: it repeats across attempts, and a late release could delete
-    // the next attempt's key.
-    let (live, expired): (Vec<Op>, Vec<Op>) = ops
-        .into_iter()
-        .partition(|op| op.deadline > now || (orphaned_release(op) && !op.held.custom));
-    for op in expired {
-        let _ = op.reply.send(Err(NodeError {
-            node: state.name.clone(),
-            kind: NodeErrorKind::Timeout,
-            message: "timed out before it was sent (queued behind a slower batch)".to_string(),
-        }));
-    }
-    if live.is_empty() {
-        return;
-    }
-    // The earliest deadline still ahead; late orphaned releases alone get MIN_TIMEOUT.
-    let timeout = live
-        .iter()
-        .map(|op| op.deadline)
-        .filter(|d| *d > now)
-        .min()
-        .map_or(MIN_TIMEOUT, |d| {
-            d.saturating_duration_since(now)
-                .max(Duration::from_millis(1))
-        });
-    let mut orphans = Vec::new();
-    // One operation, or a user who may not run scripts: each in its plain form (written
-    // together, in queue order, on the node's one connection).
-    if live.len() == 1 || state.caps.scripts() == crate::nodes::caps::Scripts::Denied {
-        let replies = futures::future::join_all(
-            live.iter()
-                .map(|op| send_one(client, state, &op.held, op.kind, timeout)),
-        )
-        .await;
-        for (op, reply) in live.into_iter().zip(replies) {
-            answer(op, reply, &mut orphans);
-        }
-        resend(client, shared, orphans);
-        return;
-    }
-    let scripts = Scripts::get();
-    let mut args = Vec::with_capacity(2 + 3 * live.len());
-    args.push(Value::from(scripts.batch.body));
-    args.push(Value::Integer(live.len() as i64));
-    for op in &live {
-        let key = op.held.keys.first().map_or("", String::as_str);
-        args.push(Value::from(key));
-    }
-    for op in &live {
-        args.push(Value::from(op.held.value.as_str()));
-        args.push(match op.kind {
-            Kind::Acquire { ttl_ms } => Value::Integer(ttl_ms as i64),
-            Kind::Release => Value::from("r"),
-        });
-    }
-    let eval = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
-    let with = client.with_options(&options(timeout));
-    let call = with.custom::<Value, Value>(eval, args);
-    let reply = Box::pin(call).await.map_err(|e| state.error(&e));
-    let answers = crate::base::reply::batch(&state.name, reply, live.len());
-    for (op, answer) in live.into_iter().zip(answers) {
-        let reply = answer.map(|n| match op.kind {
-            // The plain SET's reply shape: OK when set, nil when the key exists.
-            Kind::Acquire { .. } if n == 1 => Value::from("OK"),
-            Kind::Acquire { .. } => Value::Null,
-            Kind::Release => Value::Integer(n),
-        });
-        self::answer(op, reply, &mut orphans);
-    }
-    resend(client, shared, orphans);
-}
-
-/// The shortest fred timeout a batch is sent with (a release sent late gets at least this).
-const MIN_TIMEOUT: Duration = Duration::from_millis(100);
-
-/// Hands `reply` to the operation's caller, or keeps an orphaned release for [`resend`].
-fn answer(op: Op, reply: Result<Value, NodeError>, orphans: &mut Vec<Op>) {
-    if op.orphaned(&reply) {
-        orphans.push(op);
-    } else {
-        let _ = op.reply.send(reply);
-    }
-}
-
-/// Queues `orphans` (releases nobody waits for, failed for the connection) again once the
-/// connection is back: fred fails commands at once while it reconnects, where a command
-/// already in its buffer would have been written after the reconnect. Resending a release is
-/// safe: it deletes only its own token, and its token's SET was sent (or failed) before it.
-fn resend(client: &Client, shared: &Arc<Shared>, mut orphans: Vec<Op>) {
-    if orphans.is_empty() {
-        return;
-    }
-    let (client, shared) = (client.clone(), shared.clone());
-    tokio::spawn(async move {
-        let pause = Duration::from_millis(10) * 2u32.pow(orphans[0].resent.min(5));
-        tokio::time::sleep(pause).await;
-        // A wait for the reconnect, not a command: nothing is queued in fred meanwhile.
-        let _ = tokio::time::timeout(RECONNECT_WAIT, client.wait_for_connect()).await;
-        let now = Instant::now();
-        let deadline = now.checked_add(MIN_TIMEOUT).unwrap_or(now);
-        for op in &mut orphans {
-            op.resent += 1;
-            op.deadline = deadline;
-        }
-        let mut q = lock(&shared.queue);
-        if q.closed {
-            return;
-        }
-        let first = q.ops.is_empty();
-        q.ops.extend(orphans);
-        drop(q);
-        if first {
-            shared.notify.notify_one();
-        }
-    });
-}
-
-/// How long an orphaned release waits for its node's connection to come back, per resend.
-const RECONNECT_WAIT: Duration = Duration::from_secs(10);

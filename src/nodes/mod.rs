@@ -3,7 +3,7 @@
 //! A node's connect loop and the server it found (`connection`), what a caller can read of it
 //! without asking it (`node_status`), what that server lets this client
 //! do without Lua (`caps`), the native compare-and-delete commands (`native`), a node that is a Redis
-//! Cluster (`cluster`) and what its replies say (`topology`: the slot table, redirects), the single server's batched hot path (`batch`), a node's client, options and
+//! Cluster (`cluster`) and what its replies say (`topology`: the slot table, redirects), the single server's batched hot path and command order (`batch`: what is queued and sent; `batcher`: the queue's handle and task), a node's client, options and
 //! how it sends a command (`node`), and the commands themselves: a wait line's gate (`node_gate`),
 //! a lock's (`node_lock`), a batch of extensions (`node_extend_many`), the primitives'
 //! (`node_primitives`) and an operator's (`node_ops`); and the subscriber connection that carries
@@ -12,6 +12,7 @@
 //! Must not: decide anything across nodes (no quorum, no validity), or know what a lock handle is.
 
 pub(crate) mod batch;
+pub(crate) mod batcher;
 pub(crate) mod caps;
 pub(crate) mod cluster;
 pub(crate) mod connection;

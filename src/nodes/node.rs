@@ -35,8 +35,8 @@ use fred::types::{ClusterHash, CustomCommand};
 
 use crate::base::error::{InvalidInput, NodeError, NodeErrorKind, Vote};
 use crate::base::scripts::Script;
-use crate::nodes::batch::Batch;
 pub(crate) use crate::nodes::batch::{Held, LineRef};
+use crate::nodes::batcher::Batch;
 use crate::nodes::cluster::Shards;
 use crate::nodes::connection::{self, options, Link, Servers, State};
 
@@ -82,6 +82,9 @@ impl std::fmt::Debug for Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.state.close();
+        if let Some(batch) = &self.batch {
+            batch.close();
+        }
         match &self.backend {
             Backend::Cluster(shards) => shards.close_now(),
             Backend::Server(client) => {
@@ -275,7 +278,25 @@ impl Node {
         args: Vec<Value>,
         timeout: Duration,
     ) -> Result<Value, NodeError> {
-        send(&self.backend, &self.state, cmd, key_offset, args, timeout).await
+        let route = (&self.backend, self.batch.as_ref());
+        send(route, &self.state, cmd, key_offset, args, timeout).await
+    }
+
+    /// `work` on `keys` in this node's command order: on a single server, after everything this
+    /// process handed to the node before for those keys (the batcher's queue included: see
+    /// `Batch::ordered`); on a cluster node, at once (its shards keep their own order). `failed` makes a `T` of an
+    /// error when `work` could not be sent.
+    pub(super) async fn in_order<T: Send + 'static>(
+        &self,
+        keys: Vec<String>,
+        timeout: Duration,
+        work: impl FnOnce(Duration) -> crate::nodes::batch::Boxed<T> + Send + 'static,
+        failed: impl FnOnce(NodeError) -> T,
+    ) -> T {
+        match &self.batch {
+            Some(batch) => batch.ordered(keys, timeout, work, failed).await,
+            None => work(timeout).await,
+        }
     }
 
     /// EVALSHA, and on NOSCRIPT an immediate EVAL on the same connection. EVAL-only scripts are
@@ -302,17 +323,18 @@ impl Node {
             let reply = self.call("EVAL", 2, args(script.body), timeout).await;
             return crate::nodes::native::scripted(&self.state, reply);
         }
-        let route = (self.backend.clone(), self.state.clone());
+        let route = (self.backend.clone(), self.batch.clone(), self.state.clone());
         let (sha, body) = (args(&script.sha), script.body);
         let name = self.name.clone();
         let work = async move {
-            let (backend, state) = route;
+            let (backend, batch, state) = route;
+            let route = (&backend, batch.as_ref());
             let mut eval = sha.clone();
-            let reply = match send(&backend, &state, "EVALSHA", 2, sha, timeout).await {
+            let reply = match send(route, &state, "EVALSHA", 2, sha, timeout).await {
                 Err(e) if e.kind == NodeErrorKind::Server && e.message.contains("NOSCRIPT") => {
                     tracing::debug!(node = %name, "NOSCRIPT: resending the script with EVAL");
                     eval[0] = Value::from(body);
-                    send(&backend, &state, "EVAL", 2, eval, timeout).await
+                    send(route, &state, "EVAL", 2, eval, timeout).await
                 }
                 other => other,
             };
@@ -397,9 +419,10 @@ impl Node {
     }
 }
 
-/// One command to `backend` with fredlock's options.
+/// One command to `backend` with fredlock's options, in the node's order (`batch`, see
+/// `Node::in_order`).
 async fn send(
-    backend: &Backend,
+    (backend, batch): (&Backend, Option<&Batch>),
     state: &Arc<State>,
     cmd: &'static str,
     key_offset: usize,
@@ -422,16 +445,38 @@ async fn send(
             return Box::pin(shards.call(cmd, &key, args, timeout, None)).await;
         }
     };
-    let command = CustomCommand::new_static(cmd, ClusterHash::Offset(key_offset), false);
-    // Boxed: fred's command futures are ~5 KB and would otherwise be copied into every
-    // per-node future of every round (measured: the largest user-space cost per cycle).
-    Box::pin(
-        client
-            .with_options(&options(timeout))
-            .custom::<Value, Value>(command, args),
-    )
-    .await
-    .map_err(|e| state.error(&e))
+    let keys = match batch {
+        Some(_) => keys_of(cmd, key_offset, &args),
+        None => Vec::new(),
+    };
+    let (client, state) = (client.clone(), state.clone());
+    let work = move |timeout| -> crate::nodes::batch::Boxed {
+        let command = CustomCommand::new_static(cmd, ClusterHash::Offset(key_offset), false);
+        // Boxed: fred's command futures are ~5 KB and would otherwise be copied into every
+        // per-node future of every round (measured: the largest user-space cost per cycle).
+        Box::pin(async move {
+            let with = client.with_options(&options(timeout));
+            let call = with.custom::<Value, Value>(command, args);
+            call.await.map_err(|e| state.error(&e))
+        })
+    };
+    match batch {
+        Some(batch) => batch.ordered(keys, timeout, work, Err).await,
+        None => work(timeout).await,
+    }
+}
+
+/// The keys a command sent by [`send`] touches: a script's (after its key count), or the one at
+/// `key_offset`.
+fn keys_of(cmd: &str, key_offset: usize, args: &[Value]) -> Vec<String> {
+    let key = |v: &Value| v.as_string();
+    match (cmd, args.get(1).and_then(Value::as_i64)) {
+        ("EVAL" | "EVALSHA", Some(n)) => {
+            let n = usize::try_from(n).unwrap_or(0);
+            args.iter().skip(2).take(n).filter_map(key).collect()
+        }
+        _ => args.get(key_offset).and_then(key).into_iter().collect(),
+    }
 }
 
 /// `(name, addr)`: `host:port/db` and `host:port` for a centralized config, a descriptive form

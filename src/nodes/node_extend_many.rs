@@ -119,11 +119,24 @@ impl Node {
         if !self.state.caps.lua_free_only() {
             return None;
         }
-        let items = batch
+        let items: Vec<_> = batch.iter().map(|x| (x.held.clone(), x.ttl_ms)).collect();
+        let keys = batch
             .iter()
-            .map(|x| (x.held.keys.as_slice(), x.held.value.as_str(), x.ttl_ms));
-        let replies =
-            crate::nodes::native::extend_many(client, &self.state, items, timeout).await?;
+            .flat_map(|x| x.held.keys.iter().cloned())
+            .collect();
+        let (client, state) = (client.clone(), self.state.clone());
+        let count = items.len();
+        let work = move |timeout| -> crate::nodes::batch::Boxed<_> {
+            Box::pin(async move {
+                let items = items
+                    .iter()
+                    .map(|(held, ttl_ms)| (held.keys.as_slice(), held.value.as_str(), *ttl_ms));
+                crate::nodes::native::extend_many(&client, &state, items, timeout).await
+            })
+        };
+        let replies = self
+            .in_order(keys, timeout, work, |e| Some(vec![Err(e); count]))
+            .await?;
         Some(
             replies
                 .into_iter()

@@ -356,9 +356,15 @@ impl Node {
         if let Err(e) = self.state.counts() {
             return Some(Vote::Failed(e));
         }
-        let reply =
-            crate::nodes::native::extend(client, &self.state, key, &held.value, ttl_ms, timeout)
-                .await?;
+        let (client, state) = (client.clone(), self.state.clone());
+        let (key, value) = (key.clone(), held.value.clone());
+        let work = move |timeout| -> crate::nodes::batch::Boxed<_> {
+            Box::pin(async move {
+                crate::nodes::native::extend(&client, &state, &key, &value, ttl_ms, timeout).await
+            })
+        };
+        let keys = held.keys.clone();
+        let reply = self.in_order(keys, timeout, work, |e| Some(Err(e))).await?;
         Some(reply::set_nx(&self.name, reply))
     }
 

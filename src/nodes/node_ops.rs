@@ -62,7 +62,13 @@ impl Node {
                     return Err(e);
                 }
             }
-            let reply = crate::nodes::native::inspect(client, &self.state, &key, timeout).await;
+            let (client, state, keys) = (client.clone(), self.state.clone(), vec![key.clone()]);
+            let work = move |timeout| -> crate::nodes::batch::Boxed {
+                Box::pin(async move {
+                    crate::nodes::native::inspect(&client, &state, &key, timeout).await
+                })
+            };
+            let reply = self.in_order(keys, timeout, work, Err).await;
             return reply::holder(&self.name, reply);
         }
         // INSPECT takes no ARGV, but `script` always appends the value; Redis ignores it.
