@@ -146,18 +146,21 @@ impl Batch {
         work: impl FnOnce(Duration) -> Boxed<T> + Send + 'static,
         failed: impl FnOnce(NodeError) -> T,
     ) -> T {
-        let (tx, answer) = oneshot::channel::<T>();
         let mut direct = Some(work);
+        let mut answer = None;
         let queued = {
-            let work = &mut direct;
+            let (work, answer) = (&mut direct, &mut answer);
             // What is in flight was handed over before; only what waits in the queue for one
             // of these keys (or is being handed over) must go first.
             let keys = &keys;
             let idle = |q: &mut Queue| {
                 q.closed || (!q.handing && !q.ops.iter().any(|op| op.work.touches(keys)))
             };
+            // Only when queued: a direct send costs no channel and no box.
             let call = move || {
                 let work = work.take();
+                let (tx, rx) = oneshot::channel::<T>();
+                *answer = Some(rx);
                 let start: Start = Box::new(move |left| {
                     Box::pin(async move {
                         if let Some(work) = work {
@@ -172,14 +175,15 @@ impl Batch {
             };
             self.enqueue(timeout, idle, call)
         };
-        match (queued, direct) {
-            (None, Some(work)) => work(timeout).await,
-            (None, None) => failed(self.ended()),
-            (Some(rx), _) => match rx.await {
+        match (queued, direct, answer) {
+            (None, Some(work), _) => work(timeout).await,
+            (Some(rx), _, Some(answer)) => match rx.await {
                 Ok(Ok(_)) => answer.await.unwrap_or_else(|_| failed(self.ended())),
                 Ok(Err(e)) => failed(e),
                 Err(_) => failed(self.ended()),
             },
+            // Never: queued means the closure ran, direct means it did not.
+            _ => failed(self.ended()),
         }
     }
 
