@@ -161,3 +161,47 @@ async fn acquires_dropped_mid_batch_leave_no_key() {
     let left = all_freed(&redlock, &all).await;
     assert!(left.is_empty(), "keys left: {left:?}");
 }
+
+/// Node 2 is busy (paused, another lock's `SET` in flight and a batch behind it) when a lock is
+/// released: the release is decided by nodes 0 and 1 while node 2's still waits in its queue.
+/// `close()` must wait for it before it quits the connections (else the release is sent on a
+/// closed client and node 2 keeps the key for its TTL).
+#[tokio::test]
+async fn close_waits_for_a_release_still_queued_on_a_busy_node() {
+    // Without wake-ups: their subscribers' closing would wait for node 2 (paused) first.
+    let tweak = |b: fredlock::Builder| {
+        b.node_timeout(Duration::from_secs(2))
+            .wake_on_release(false)
+    };
+    let (nodes, redlock) = local_with(3, tweak).await;
+    let mut names = (0..)
+        .map(|_| resource(&redlock, "close-queued"))
+        .filter(|(r, _)| redlock.line_node(r) != Some(2));
+    let (r, key) = names.next().expect("a resource gated elsewhere");
+    let lock = redlock.acquire(r.as_str(), TTL).await.expect("acquire");
+    nodes.client_pause(2, 300).await.expect("CLIENT PAUSE");
+    // Two other locks: the first one's SET goes to node 2 at once, the second's in a batch
+    // behind it, so node 2's batcher waits for an answer when the release is queued.
+    let mut busy = Vec::new();
+    for _ in 0..2 {
+        let (redlock, (other, _)) = (redlock.clone(), names.next().expect("another"));
+        busy.push(tokio::spawn(async move {
+            redlock.try_acquire(other.as_str(), TTL).await
+        }));
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+    }
+    lock.release().await.expect("release");
+    // Held through close(): their releases would otherwise make close() wait for node 2.
+    let mut held = Vec::new();
+    for task in busy {
+        held.push(task.await);
+    }
+    redlock.close().await;
+    let left = nodes.pttl(2, &key).await.expect("PTTL");
+    assert_eq!(
+        left, -2,
+        "node 2 kept the key (PTTL {left} ms) after close()"
+    );
+}

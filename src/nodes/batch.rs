@@ -283,7 +283,10 @@ pub(super) struct Queue {
 
 pub(super) struct Shared {
     pub(super) queue: Mutex<Queue>,
+    /// Wakes the batcher: something was queued, or a batch was answered.
     pub(super) notify: Notify,
+    /// Woken by the batcher when it finds the queue empty (see `Batch::drained`).
+    pub(super) drained: Notify,
 }
 
 pub(super) fn lock(m: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {

@@ -52,6 +52,7 @@ impl Batch {
             shared: Arc::new(Shared {
                 queue: Mutex::new(Queue::default()),
                 notify: Notify::new(),
+                drained: Notify::new(),
             }),
         }
     }
@@ -184,6 +185,24 @@ impl Batch {
             },
             // Never: queued means the closure ran, direct means it did not.
             _ => failed(self.ended()),
+        }
+    }
+
+    /// Resolves once everything queued so far was handed to fred (at once when nothing is
+    /// queued, or no batcher runs to send it): `Node::close` waits for it before it quits the
+    /// connection, so its `QUIT` does not overtake a queued release.
+    pub(crate) async fn drained(&self) {
+        loop {
+            let drained = self.shared.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            {
+                let q = lock(&self.shared.queue);
+                if q.closed || !q.started || (q.ops.is_empty() && !q.handing) {
+                    return;
+                }
+            }
+            drained.await;
         }
     }
 
@@ -341,7 +360,11 @@ pub(super) async fn batcher(client: Client, state: Arc<State>, shared: Arc<Share
             if q.closed {
                 return;
             }
-            take(&mut q)
+            let taken = take(&mut q);
+            if q.ops.is_empty() && !q.handing {
+                shared.drained.notify_waiters();
+            }
+            taken
         };
         match taken {
             None => notified.await,

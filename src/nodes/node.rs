@@ -250,8 +250,12 @@ impl Node {
     }
 
     /// Stops the connect loop and, for clients fredlock created, sends QUIT behind whatever is
-    /// queued (so queued releases are answered first).
+    /// queued (so queued releases are answered first): once what waits in the batcher's queue
+    /// was handed to fred, then behind it in fred's order.
     pub(crate) async fn close(&self) {
+        if let Some(batch) = &self.batch {
+            batch.drained().await;
+        }
         self.state.close();
         match &self.backend {
             Backend::Cluster(shards) => shards.close().await,

@@ -160,12 +160,17 @@ pub(crate) fn finish_release<R, F>(
     };
     let until = retry_until(&**inner, ttl);
     let (inner, held) = (inner.clone(), held.clone());
+    // close() waits for the late answers (a late release may still wait in a busy node's
+    // queue, which quitting the connection would cut), not for the retries (as for
+    // `spawn_release`).
+    let running = Background::enter(&inner);
     rt.spawn(async move {
         let answers = futures::future::join_all(
             late.into_iter()
                 .map(|(i, call)| async move { (i, call.await) }),
         )
         .await;
+        drop(running);
         failed.extend(
             answers
                 .into_iter()
