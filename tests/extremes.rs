@@ -124,9 +124,17 @@ async fn elected_or_invalid(elected: Result<Election, Error>) -> Result<(), Test
 }
 
 /// `input_or_ok`, or a TTL so short that the round outlived the validity: the right answer.
+/// Also accepts, for a TTL under 50 ms, the two ways such a lock is refused: its validity is
+/// gone before a quorum answers, or the nodes time out first (the default node timeout is at
+/// most half the TTL: 1.5 ms for 3 ms, which a loaded machine misses; seen in a clean-clone
+/// `make test` as `Unavailable` with two `Request timed out.`).
 fn input_ok_or_too_short<T>(r: &Result<T, Error>, ttl: Duration) -> bool {
     input_or_ok(r)
-        || (ttl < Duration::from_millis(50) && matches!(r, Err(Error::ValidityExpired { .. })))
+        || (ttl < Duration::from_millis(50)
+            && matches!(
+                r,
+                Err(Error::ValidityExpired { .. } | Error::Unavailable { .. })
+            ))
 }
 
 fn config() -> ProptestConfig {
