@@ -193,6 +193,17 @@ fn builder_setters_never_panic() {
     });
 }
 
+/// Releases `lock`: `Ok`, or `NotHeld` once its key expired (a TTL of a few ms can run out
+/// before the release lands; the key outlives the deadline, so the deadline has passed then).
+async fn released(lock: fredlock::Lock) {
+    let deadline = lock.deadline();
+    match lock.release().await {
+        Ok(_) => {}
+        Err(Error::NotHeld { .. }) if tokio::time::Instant::now() >= deadline => {}
+        Err(e) => panic!("release: {e:?}"),
+    }
+}
+
 /// acquire, acquire_with, try_acquire, extend, inspect, key.
 #[test]
 fn lock_calls_never_panic() {
@@ -204,7 +215,7 @@ fn lock_calls_never_panic() {
             let got = redlock.acquire(r.as_str(), ttl).await;
             prop_assert!(input_ok_or_too_short(&got, ttl), "{got:?}");
             if let Ok(lock) = got {
-                lock.release().await.expect("release");
+                released(lock).await;
             }
             // A free resource: any wait, MAX included ("no limit"), returns at the first grant.
             let got = redlock.acquire_with(common::unique("w").as_str(), ttl, wait).await;
@@ -217,7 +228,7 @@ fn lock_calls_never_panic() {
                         || matches!(extended, Err(Error::NotHeld { .. })),
                     "{extended:?}"
                 );
-                lock.release().await.expect("release");
+                released(lock).await;
             }
             let got = redlock.try_acquire(common::unique("t").as_str(), ttl).await;
             prop_assert!(input_ok_or_too_short(&got, ttl), "{got:?}");

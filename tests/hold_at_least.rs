@@ -82,7 +82,9 @@ async fn a_release_after_the_minimum_deletes_at_once() {
     tokio::time::sleep_until(lock.acquired_at() + Duration::from_millis(60)).await;
     let report = lock.release().await.expect("release");
     assert_eq!(report.left_to_expire, None, "deleted, not left to expire");
-    assert_eq!(values(&env.redlock, &key).await, vec![None, None, None]);
+    // The release returns at its quorum; the last node's deletion may still be on its way
+    // (the keys' TTL is 60 s: gone within 5 s is deleted, not expired).
+    assert!(freed_within(&env.redlock, &key, 5 * SECOND).await);
 }
 
 /// A minimum longer than the TTL could not be kept (the keys expire with the TTL): it is
@@ -154,7 +156,8 @@ async fn a_minimum_longer_than_the_ttl_is_refused() {
     assert_eq!(lock.hold_at_least(), None);
     let report = lock.release().await.expect("release");
     assert_eq!(report.left_to_expire, None);
-    assert_eq!(values(&env.redlock, &key2).await, vec![None, None, None]);
+    // Deleted (the TTL is 60 s), the last node's deletion perhaps after the quorum's answer.
+    assert!(freed_within(&env.redlock, &key2, 5 * SECOND).await);
 }
 
 #[tokio::test]

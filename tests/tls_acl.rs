@@ -34,6 +34,7 @@ const RULE: &[&str] = &[
     "+subscribe",
     "+unsubscribe",
     "+get",
+    "+mget",
     "+del",
     "+exists",
     "+pexpire",

@@ -231,9 +231,10 @@ local function join(line, me, lease, front)
   local edge = redis.call('ZRANGE', line, at, at, 'WITHSCORES')
   local s = 0
   if edge[2] then s = tonumber(edge[2]) + step end
-  if redis.call('ZADD', line, 'NX', s, me) == 1 then
-    redis.call('PEXPIRE', line, 4 * tonumber(lease))
-  end
+  redis.call('ZADD', line, 'NX', s, me)
+  -- The line lives while anyone renews a place in it, and its flag (read by GATE_FREE) with it.
+  redis.call('PEXPIRE', line, 4 * tonumber(lease))
+  redis.call('SET', line .. '!', '1', 'PX', 4 * tonumber(lease))
   redis.call('SET', line .. '|' .. me, '1', 'PX', lease)
 end
 "#
@@ -319,11 +320,13 @@ return {0, 1}
 );
 
 /// Release on a gate node: RELEASE, then, for a holder's release, wake the head of the line
-/// when a key is free (whoever deleted it: an expired or broken holder's key counts too); for
-/// a waiter's failed attempt, put the waiter back at the FRONT of the line (its turn is not
-/// lost to a barging client); a quiet release does neither.
+/// when a key is free (whoever deleted it: an expired or broken holder's key counts too); a
+/// clean-up (`q`) wakes it only when it deleted a key (someone may have been refused by it);
+/// for a waiter's failed attempt, put the waiter back at the FRONT of the line (its turn is not
+/// lost to a barging client). Used on a cluster node and for the put-back; a single server's
+/// `w` and `q` go through GATE_FREE.
 /// KEYS[1..n]: the lock keys; KEYS[n+1]: their line. ARGV[1]: value; ARGV[2]: `w` (wake), `q`
-/// (quiet) or the member to put back; ARGV[3]: the lease in ms; ARGV[4]: channel prefix;
+/// (clean-up) or the member to put back; ARGV[3]: the lease in ms; ARGV[4]: channel prefix;
 /// ARGV[5]: a short id of this release (sent with the wake-up).
 /// Reply: `{deleted, woken member or ''}`. EVAL-only like RELEASE.
 const GATE_RELEASE: &str = concat!(
@@ -343,15 +346,16 @@ for i = 1, n do
   end
 end
 local mode = ARGV[2]
-if mode == 'w' then
-  if free then
+if mode == 'w' or mode == 'q' then
+  -- A holder's release, or a clean-up that freed a key someone may have been refused by.
+  if (mode == 'w' and free) or deleted > 0 then
     local h = live_head(line)
     if h then
       wake(h, ARGV[4], ARGV[5])
       return {deleted, h}
     end
   end
-elseif mode ~= 'q' then
+else
   join(line, mode, ARGV[3], true)
 end
 return {deleted, ''}
@@ -385,6 +389,44 @@ for i = 1, n do
   end
 end
 return ''
+"#
+);
+
+/// A holder's release on its gate node, the common case in one read: `MGET` of the key and its
+/// line's flag (set while the line has members); without a flag, the compare-and-delete and
+/// nothing more; with one, the line's head is woken as GATE_RELEASE does. The flag outlives
+/// its line by at most its own expiry (it is removed by the first release to find the line
+/// empty).
+/// KEYS[1]: the lock key; KEYS[2]: its line's flag; KEYS[3]: the line. ARGV[1]: value;
+/// ARGV[2]: channel prefix; ARGV[3]: a short id of this release; ARGV[4]: `w` for a holder's
+/// release (which wakes the head also when its own key had expired), `q` for a clean-up.
+/// Reply: `{deleted, woken member or ''}`. By EVALSHA, as a lone release: only our token is
+/// ever deleted, so a resend can only find it gone.
+const GATE_FREE: &str = concat!(
+    line_lib!(),
+    r#"
+local v = redis.pcall('MGET', KEYS[1], KEYS[2])
+-- A user whose ACL predates this script (no +mget): two reads.
+if v.err then v = {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2])} end
+-- MGET reads a key of another type as nil: GET says WRONGTYPE, as every release does.
+if not v[1] then redis.call('GET', KEYS[1]) end
+if v[1] and v[1] ~= ARGV[1] then return {0, ''} end
+local deleted = 0
+if v[1] then
+  redis.call('DEL', KEYS[1])
+  if not v[2] then return {1, ''} end
+  deleted = 1
+elseif not v[2] or ARGV[4] ~= 'w' then
+  return {0, ''}
+end
+-- The key is free and the line has (or had) members: the head's turn.
+local h = live_head(KEYS[3])
+if h then
+  wake(h, ARGV[2], ARGV[3])
+  return {deleted, h}
+end
+redis.call('DEL', KEYS[2])
+return {deleted, ''}
 "#
 );
 
@@ -586,6 +628,7 @@ pub(crate) struct Scripts {
     pub(crate) gate_acquire: Script,
     pub(crate) sem_gate: Script,
     pub(crate) gate_release: Script,
+    pub(crate) gate_free: Script,
     pub(crate) line_leave: Script,
     pub(crate) elect_claim: Script,
     pub(crate) elect_view: Script,
@@ -632,6 +675,8 @@ impl Scripts {
             gate_acquire: Script::eval_only(GATE_ACQUIRE),
             sem_gate: Script::eval_only(SEM_GATE),
             gate_release: Script::eval_only(GATE_RELEASE),
+            // Deletes only its caller's token, like a lone release (see the top of this file).
+            gate_free: Script::new(GATE_FREE),
             line_leave: Script::new(LINE_LEAVE),
             // A resent claim or yield re-checks everything it depends on: EVALSHA is safe.
             elect_claim: Script::new(ELECT_CLAIM),

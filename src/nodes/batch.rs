@@ -63,6 +63,7 @@ use tokio::time::Instant;
 
 use crate::base::error::{NodeError, NodeErrorKind};
 use crate::base::scripts::Scripts;
+use crate::nodes::caps::Cached;
 use crate::nodes::connection::{options, State};
 
 /// The most operations one batch call carries; the rest wait for the next one.
@@ -364,13 +365,13 @@ async fn release_script(
             Value::from(held.value.as_str()),
         ]
     };
-    if held.custom || !state.caps.release_cached() {
+    if held.custom || !state.caps.is_cached(Cached::Release) {
         let cmd = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
         let with = client.with_options(&options(timeout));
         let call = with.custom::<Value, Value>(cmd, args(script.body));
         let reply = Box::pin(call).await.map_err(|e| state.error(&e));
         if reply.is_ok() {
-            state.caps.set_release_cached(true);
+            state.caps.set_cached(Cached::Release, true);
         }
         return reply;
     }
@@ -382,7 +383,7 @@ async fn release_script(
         match Box::pin(with.custom::<Value, Value>(cmd, sha)).await {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
                 tracing::debug!(node = %state.name, "NOSCRIPT: resending the release with EVAL");
-                state.caps.set_release_cached(false);
+                state.caps.set_cached(Cached::Release, false);
                 let cmd = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
                 let call = with.custom::<Value, Value>(cmd, body);
                 Box::pin(call).await.map_err(|e| state.error(&e))

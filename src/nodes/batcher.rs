@@ -458,9 +458,11 @@ async fn send_batch(client: Client, state: Arc<State>, shared: Arc<Shared>, ops:
                 .max(Duration::from_millis(1))
         });
     let mut orphans = Vec::new();
-    // One operation, or a user who may not run scripts: each in its plain form (written
-    // together, in queue order, on the node's one connection).
-    if live.len() == 1 || state.caps.scripts() == crate::nodes::caps::Scripts::Denied {
+    // A few operations (the serial case: a release still on its way, the next SET behind it),
+    // or a user who may not run scripts: each in its plain form (written together, in queue
+    // order, on the node's one connection), which costs the server less than the batch
+    // script's body.
+    if live.len() <= PLAIN_MAX || state.caps.scripts() == crate::nodes::caps::Scripts::Denied {
         let replies = futures::future::join_all(
             live.iter()
                 .map(|(_, held, kind)| send_one(client, state, held, *kind, timeout)),
@@ -519,6 +521,9 @@ fn keyed(op: Op) -> Option<Keyed> {
 
 /// The shortest fred timeout a batch is sent with (a release sent late gets at least this).
 const MIN_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Batches of at most this many operations go as plain commands, not as the batch script.
+const PLAIN_MAX: usize = 4;
 
 /// Hands `reply` to the operation's caller, or keeps an orphaned release for [`resend`].
 fn answer(op: Op, reply: Result<Value, NodeError>, orphans: &mut Vec<Op>) {

@@ -64,9 +64,21 @@ pub(crate) struct Caps {
     server: Mutex<String>,
     /// The server's words when it refused a script (`NOPERM User app has no permissions ...`).
     denied: Mutex<String>,
-    /// The release script ran on this connection since the last (re)connect, so the server
-    /// has it cached and EVALSHA finds it (unless someone flushed the cache meanwhile).
-    release_cached: std::sync::atomic::AtomicBool,
+    /// The [`Cached`] scripts that ran on this connection since the last (re)connect, so the
+    /// server has them cached and EVALSHA finds them (unless someone flushed the cache
+    /// meanwhile): one bit each.
+    cached: AtomicU8,
+}
+
+/// The scripts sent whole until they are known to be in the server's cache, then by hash: a
+/// `NOSCRIPT` resend would land after commands sent meanwhile (a read of the same key would
+/// see the key before its release).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Cached {
+    /// `scripts::RELEASE`, a lone release (see `batch::release_script`).
+    Release = 1,
+    /// `scripts::GATE_FREE`, a holder's release on its gate.
+    GateFree = 2,
 }
 
 impl Default for Caps {
@@ -76,7 +88,7 @@ impl Default for Caps {
             scripts: AtomicU8::new(0),
             server: Mutex::new("this server".into()),
             denied: Mutex::new(String::new()),
-            release_cached: Default::default(),
+            cached: AtomicU8::new(0),
         }
     }
 }
@@ -119,13 +131,16 @@ impl Caps {
         self.scripts.store(1, Ordering::Relaxed);
     }
 
-    /// Whether the release script is known to be in the server's script cache.
-    pub(crate) fn release_cached(&self) -> bool {
-        self.release_cached.load(Ordering::Relaxed)
+    /// Whether `script` is known to be in the server's script cache.
+    pub(crate) fn is_cached(&self, script: Cached) -> bool {
+        self.cached.load(Ordering::Relaxed) & script as u8 != 0
     }
 
-    pub(crate) fn set_release_cached(&self, cached: bool) {
-        self.release_cached.store(cached, Ordering::Relaxed);
+    pub(crate) fn set_cached(&self, script: Cached, cached: bool) {
+        match cached {
+            true => self.cached.fetch_or(script as u8, Ordering::Relaxed),
+            false => self.cached.fetch_and(!(script as u8), Ordering::Relaxed),
+        };
     }
 
     /// `Valkey 9.1.2`, `Redis 7.0.15`, or `this server`.
@@ -232,7 +247,7 @@ pub(crate) fn is_unknown_command(details: &str) -> bool {
 /// answer (the caller retries as for `INFO`).
 pub(crate) async fn probe(client: &Client, info: Option<&str>, caps: &Caps) -> bool {
     // A new connection may reach a restarted server, whose script cache is empty.
-    caps.set_release_cached(false);
+    caps.cached.store(0, Ordering::Relaxed);
     if let Some(server) = info.and_then(server_of) {
         *caps.server.lock().unwrap_or_else(|p| p.into_inner()) = server;
     }

@@ -15,6 +15,7 @@ use fred::prelude::Value;
 use crate::base::error::{NodeError, Vote};
 use crate::base::reply::{self, Acquired};
 use crate::nodes::batch::{Held, LineRef};
+use crate::nodes::caps::Cached;
 use crate::nodes::node::{Backend, Node};
 
 /// The gate scripts' arguments after a semaphore's own: member, lease, channel prefix.
@@ -65,8 +66,10 @@ impl Node {
         reply::gate_acquired(&self.name, reply, !held.fence_keys.is_empty())
     }
 
-    /// The release on a gate (`scripts::GATE_RELEASE`): wakes the line's head after a holder's
-    /// release, puts a waiter back at the front after its failed attempt.
+    /// The release on a gate: a holder's release or a clean-up by `scripts::GATE_FREE` (by
+    /// EVALSHA: the compare-and-delete, and a hand-over to the line's head only while the key
+    /// has a line); a waiter's failed attempt by `scripts::GATE_RELEASE`, which puts it back at
+    /// the front of the line.
     pub(super) async fn gate_release(
         &self,
         held: &Held,
@@ -82,6 +85,40 @@ impl Node {
             (Some(member), false) if line.local.waits(member) => member,
             (_, false) => "q",
         };
+        if let (true, Backend::Server(_), [key]) = (
+            matches!(mode, "w" | "q"),
+            &self.backend,
+            held.keys.as_slice(),
+        ) {
+            // A holder's release or a clean-up: the common case by EVALSHA, one read.
+            let flag = format!("{}!", line.key);
+            let keys = [key.as_str(), flag.as_str(), line.key.as_str()];
+            let argv = [
+                Value::from(held.value.as_str()),
+                Value::from(line.local.prefix()),
+                Value::from(format!("{:08x}", rand::random::<u32>())),
+                Value::from(mode),
+            ];
+            let caps = &self.state.caps;
+            if caps.is_cached(Cached::GateFree) {
+                return self
+                    .script_on(&scripts.gate_free, &keys, &argv, timeout)
+                    .await;
+            }
+            // Whole until the server is known to have it: a NOSCRIPT resend would land after
+            // whatever this Redlock sent the node meanwhile (a read would see the key held).
+            let mut args = Vec::with_capacity(keys.len() + argv.len() + 2);
+            args.push(Value::from(scripts.gate_free.body));
+            args.push(Value::Integer(keys.len() as i64));
+            args.extend(keys.iter().map(|k| Value::from(*k)));
+            args.extend(argv);
+            let reply = self.call("EVAL", 2, args, timeout).await;
+            let reply = crate::nodes::native::scripted(&self.state, reply);
+            if reply.is_ok() {
+                caps.set_cached(Cached::GateFree, true);
+            }
+            return reply;
+        }
         let mut args = Vec::with_capacity(held.keys.len() + 8);
         args.push(Value::from(scripts.gate_release.body));
         args.push(Value::Integer(held.keys.len() as i64 + 1));

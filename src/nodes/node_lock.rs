@@ -21,7 +21,7 @@ use fred::prelude::Value;
 use crate::base::error::{NodeError, NodeErrorKind, Vote};
 use crate::base::reply::{self, Acquired};
 use crate::base::scripts::Script;
-use crate::nodes::batch::Held;
+use crate::nodes::batch::{Held, LineRef};
 use crate::nodes::node::{all, Backend, Node};
 
 /// The server refused a script to this user (`NOPERM ... 'eval'`), or it was known to.
@@ -52,7 +52,10 @@ impl Node {
                 message,
             }));
         }
-        if let Some(line) = self.gated(&held.line) {
+        // Only a waiter in line asks the gate's script; anyone else sends the plain `SET NX`
+        // (refused by a key reserved for the line's head as by any holder).
+        let member = |l: &&crate::nodes::batch::LineRef| l.member.is_some();
+        if let Some(line) = self.gated(&held.line).filter(member) {
             let _running = self.inflight(&held.value);
             let here = self.acquire_gated(&held, line, ttl_ms, timeout);
             let answer = match &self.backend {
@@ -205,27 +208,26 @@ impl Node {
         // Sent even to a duplicate (it only deletes our own token), but a duplicate's answer
         // is never counted.
         let counts = self.state.counts();
-        let gated = self.gated(&held.line);
-        let vote = match (gated, self.slot_groups(&held.keys)) {
-            (Some(line), _) => {
-                let reply = self.gate_release(held, line, timeout).await;
-                let (vote, woken) = reply::gate_released(&self.name, reply, held.keys.len());
-                if let Some(member) = woken {
-                    line.local.woke(&member);
-                    if let Some(key) = held.keys.first() {
-                        line.local.mark_hot(key);
-                    }
+        if let Some(line) = self.gated(&held.line) {
+            match self.gate_release(held, line, timeout).await {
+                // This user may not run scripts here (learnt now: a first attempt sends no
+                // script): no line on this node; the plain release below.
+                Err(e) if scripts_denied(&e) => {
+                    self.no_line
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
                 }
-                vote
+                reply => return Self::duplicate_or(counts, self.gate_vote(held, line, reply)),
             }
-            (None, None) => {
+        }
+        let vote = match self.slot_groups(&held.keys) {
+            None => {
                 let reply = match (&self.batch, held.keys.len()) {
                     (Some(batch), 1) => batch.release(held, timeout).await,
                     _ => self.release_script(held, timeout).await,
                 };
                 reply::released(&self.name, reply, held.keys.len())
             }
-            (None, Some(groups)) => {
+            Some(groups) => {
                 let this = self;
                 all(futures::future::join_all(groups.iter().map(|g| {
                     let sub = held.subset(g);
@@ -237,9 +239,25 @@ impl Node {
                 .await)
             }
         };
-        if let Err(e) = counts.as_ref() {
-            if e.kind == NodeErrorKind::Duplicate {
-                return Vote::Failed(e.clone());
+        Self::duplicate_or(counts, vote)
+    }
+
+    /// A duplicate node's answer is never counted.
+    fn duplicate_or(counts: Result<(), NodeError>, vote: Vote) -> Vote {
+        match counts {
+            Err(e) if e.kind == NodeErrorKind::Duplicate => Vote::Failed(e),
+            _ => vote,
+        }
+    }
+
+    /// The gate's release reply as a vote; a member it woke that is this Redlock's own is
+    /// woken at once, and the key counts as contended.
+    fn gate_vote(&self, held: &Held, line: &LineRef, reply: Result<Value, NodeError>) -> Vote {
+        let (vote, woken) = reply::gate_released(&self.name, reply, held.keys.len());
+        if let Some(member) = woken {
+            line.local.woke(&member);
+            if let Some(key) = held.keys.first() {
+                line.local.mark_hot(key);
             }
         }
         vote
