@@ -52,9 +52,9 @@ impl Node {
                 message,
             }));
         }
-        // Only a waiter in line asks the gate's script; anyone else sends the plain `SET NX`
-        // (refused by a key reserved for the line's head as by any holder).
-        let member = |l: &&crate::nodes::batch::LineRef| l.member.is_some();
+        // Only a waiter in line asks the gate's script; a first attempt sends the plain
+        // `SET NX` here too (the line's machinery starts at its first refusal).
+        let member = |l: &&LineRef| l.member.is_some();
         if let Some(line) = self.gated(&held.line).filter(member) {
             let _running = self.inflight(&held.value);
             let here = self.acquire_gated(&held, line, ttl_ms, timeout);
