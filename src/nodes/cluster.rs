@@ -56,10 +56,22 @@ pub(crate) async fn creating<F: std::future::Future>(token: &str, f: F) -> F::Ou
 struct Running {
     /// Live [`Inflight`] guards.
     guards: usize,
-    /// Each key-creating command sent so far, by id: the shard whose connection has it queued,
-    /// or `None` while it waits for a connection or follows a redirect.
-    placed: Vec<(u64, Option<String>)>,
+    /// Each key-creating command sent so far, by id, and where it is.
+    placed: Vec<(u64, Place)>,
     settled: Arc<Notify>,
+}
+
+/// Where one key-creating command is.
+#[derive(Debug, Clone, PartialEq)]
+enum Place {
+    /// Waiting for a connection, or following a redirect.
+    Waiting,
+    /// Queued on the connection of this shard (`host:port`).
+    Queued(String),
+    /// Answered by the server: whatever it did is done, so any command sent now lands after it
+    /// (kept until the token's last guard goes: its acquire may still be between this answer
+    /// and its end, on another thread).
+    Answered,
 }
 
 /// One shard primary.
@@ -116,21 +128,25 @@ struct Placement<'a> {
 }
 
 impl Placement<'_> {
-    fn at(&self, shard: Option<&str>) {
+    fn at(&self, place: Place) {
         let mut map = self.shards.lock_inflight();
         if let Some(running) = map.get_mut(&*self.token) {
             if let Some(entry) = running.placed.iter_mut().find(|(id, _)| *id == self.id) {
-                entry.1 = shard.map(str::to_string);
+                entry.1 = place;
             }
         }
     }
 }
 
 impl Drop for Placement<'_> {
+    /// A command dropped unanswered is forgotten (nothing to wait for if it never left; if it
+    /// did, the guard still running covers it); an answered one stays (see [`Place::Answered`]).
     fn drop(&mut self) {
         let mut map = self.shards.lock_inflight();
         if let Some(running) = map.get_mut(&*self.token) {
-            running.placed.retain(|(id, _)| *id != self.id);
+            running
+                .placed
+                .retain(|(id, at)| *id != self.id || *at == Place::Answered);
         }
     }
 }
@@ -203,7 +219,7 @@ impl Shards {
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut map = self.lock_inflight();
-        map.get_mut(&*token)?.placed.push((id, None));
+        map.get_mut(&*token)?.placed.push((id, Place::Waiting));
         Some(Placement {
             shards: self,
             token,
@@ -212,16 +228,17 @@ impl Shards {
     }
 
     /// Whether a command sent now to `shard` lands after every key-creating command of
-    /// `token`: none is running, or each is queued on that shard's connection already.
+    /// `token`: none is running, or each is answered or queued on that shard's connection.
     fn behind(&self, token: &str, shard: &str) -> bool {
         match self.lock_inflight().get(token) {
             None => true,
             Some(running) => {
                 !running.placed.is_empty()
-                    && running
-                        .placed
-                        .iter()
-                        .all(|(_, at)| at.as_deref() == Some(shard))
+                    && running.placed.iter().all(|(_, at)| match at {
+                        Place::Waiting => false,
+                        Place::Queued(addr) => addr == shard,
+                        Place::Answered => true,
+                    })
             }
         }
     }
@@ -598,13 +615,17 @@ async fn placed<F: std::future::Future<Output = Result<Value, fred::error::Error
         std::task::Poll::Ready(reply) => reply,
         std::task::Poll::Pending => {
             if let Some(placement) = placement {
-                placement.at(Some(&shard.addr));
+                placement.at(Place::Queued(shard.addr.clone()));
             }
             sending.await
         }
     };
     if let Some(placement) = placement {
-        placement.at(None);
+        // An error (a redirect among them) created nothing here; a resend is placed anew.
+        placement.at(match reply {
+            Ok(_) => Place::Answered,
+            Err(_) => Place::Waiting,
+        });
     }
     reply
 }
