@@ -306,6 +306,7 @@ impl Builder {
             fencing: self.fencing_tokens,
             background: Default::default(),
             renewer: Default::default(),
+            handovers: Default::default(),
             line,
             wake,
         }))

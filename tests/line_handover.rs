@@ -8,6 +8,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use common::lines::line_key;
 use common::*;
 use fredlock_testkit::{LocalNodes, RespValue};
 
@@ -76,11 +77,6 @@ async fn an_uncontended_cycle_sends_each_node_what_a_plain_redlock_sends() {
         assert!(total <= 4 * CYCLES, "node {i}: {total} commands: {c:?}");
     }
     redlock.close().await;
-}
-
-/// The key of `resource`'s wait line (`<prefix>~line:{<lock key>}`).
-fn line_key(redlock: &fredlock::Redlock, resource: &str) -> String {
-    format!("{}~line:{{{}}}", redlock.key(""), redlock.key(resource))
 }
 
 /// With nobody in line the release deletes the key and leaves nothing behind: no reservation,

@@ -10,14 +10,13 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::lines::{line_has, line_key, line_members, Probe};
 use common::*;
 use fredlock::Retry;
 use fredlock_testkit::{LocalNodes, RespValue};
 use tokio::time::Instant;
-use tracing_subscriber::layer::SubscriberExt;
 
 const TTL: Duration = Duration::from_secs(30);
 /// Far longer than any bound below: a waiter acquiring within a bound was woken.
@@ -41,79 +40,6 @@ async fn pubsub_clients(nodes: &LocalNodes, i: usize) -> usize {
             .filter(|l| !l.trim().is_empty())
             .count(),
         _ => 0,
-    }
-}
-
-/// A function to run on the first event with a message.
-type Hook = (String, Box<dyn FnOnce() + Send>);
-
-/// Counts fredlock's retry-loop events by message, and runs a hook on the first event with a
-/// given message (synchronously, on the thread that emitted it: exactly between two steps).
-#[derive(Clone, Default)]
-struct Probe {
-    counts: Arc<Mutex<std::collections::HashMap<String, usize>>>,
-    hook: Arc<Mutex<Option<Hook>>>,
-}
-
-impl Probe {
-    fn count(&self, message: &str) -> usize {
-        self.counts
-            .lock()
-            .unwrap()
-            .get(message)
-            .copied()
-            .unwrap_or(0)
-    }
-    fn on_first(&self, message: &str, f: impl FnOnce() + Send + 'static) {
-        *self.hook.lock().unwrap() = Some((message.to_string(), Box::new(f)));
-    }
-    /// Installs the probe for this thread (use a current-thread runtime: every task runs here).
-    fn install(&self) -> tracing::subscriber::DefaultGuard {
-        let subscriber = tracing_subscriber::registry().with(self.clone());
-        let guard = tracing::subscriber::set_default(subscriber);
-        // Other tests of this binary may have hit fredlock's callsites first, with no
-        // subscriber: make them ask again, or this probe may never see its events.
-        tracing::callsite::rebuild_interest_cache();
-        guard
-    }
-}
-
-struct Message(Option<String>);
-
-impl tracing::field::Visit for Message {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            self.0 = Some(format!("{value:?}"));
-        }
-    }
-}
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Probe {
-    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        if !event.metadata().target().starts_with("fredlock") {
-            return;
-        }
-        let mut m = Message(None);
-        event.record(&mut m);
-        let Some(message) = m.0 else {
-            return;
-        };
-        *self
-            .counts
-            .lock()
-            .unwrap()
-            .entry(message.clone())
-            .or_default() += 1;
-        let hook = {
-            let mut hook = self.hook.lock().unwrap();
-            match hook.as_ref() {
-                Some((on, _)) if *on == message => hook.take(),
-                _ => None,
-            }
-        };
-        if let Some((_, f)) = hook {
-            f();
-        }
     }
 }
 
@@ -196,48 +122,6 @@ async fn a_release_between_the_failed_attempt_and_the_wait_is_not_missed() {
     assert!(t.elapsed() < WOKEN);
     lock.release().await.unwrap();
     waiter.close().await;
-}
-
-/// The wait line of `resource` on its gate: the members, head first (ZRANGE).
-async fn line_members(
-    nodes: &LocalNodes,
-    redlock: &fredlock::Redlock,
-    resource: &str,
-) -> Vec<String> {
-    let gate = redlock.line_node(resource).expect("a gate");
-    let line = line_key(redlock, resource);
-    match nodes
-        .command(gate, &["ZRANGE", &line, "0", "-1"])
-        .await
-        .unwrap()
-    {
-        RespValue::Array(Some(v)) => v
-            .into_iter()
-            .filter_map(|m| match m {
-                RespValue::Bulk(Some(b)) => Some(String::from_utf8_lossy(&b).into_owned()),
-                _ => None,
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// The key of `resource`'s wait line (`<prefix>~line:{<lock key>}`).
-fn line_key(redlock: &fredlock::Redlock, resource: &str) -> String {
-    format!("{}~line:{{{}}}", redlock.key(""), redlock.key(resource))
-}
-
-/// Waits until `resource`'s line has `n` members.
-async fn line_has(
-    nodes: &LocalNodes,
-    redlock: &fredlock::Redlock,
-    resource: &str,
-    n: usize,
-) -> bool {
-    eventually(Duration::from_secs(5), || async {
-        line_members(nodes, redlock, resource).await.len() == n
-    })
-    .await
 }
 
 /// A release in another process wakes the head of the line, long before its timer would have.
@@ -671,8 +555,11 @@ async fn wake_ups_off_polls_in_line() {
         b.wake_on_release(false).retry(retry(u32::MAX, 20, 5))
     })
     .await;
+    // The holder is another process (a release of the waiter's own Redlock would hand the
+    // lock over inside the process, with no message).
+    let holder = build(nodes.urls(), |b| b.wake_on_release(false)).await;
     let r = unique("off");
-    let held = redlock.acquire(r.as_str(), TTL).await.unwrap();
+    let held = holder.acquire(r.as_str(), TTL).await.unwrap();
     let task = tokio::spawn({
         let (redlock, r) = (redlock.clone(), r.clone());
         async move {

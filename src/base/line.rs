@@ -105,6 +105,11 @@ impl Line {
         &self.prefix
     }
 
+    /// What every member name of this Redlock starts with (`<instance>:`).
+    pub(crate) fn member_prefix(&self) -> String {
+        format!("{}:", self.instance)
+    }
+
     /// This Redlock's own wake-up channel.
     pub(crate) fn channel(&self) -> String {
         format!("{}{}", self.prefix, self.instance)

@@ -108,6 +108,49 @@ pub(crate) fn gate_released(
     }
 }
 
+/// One node's answer to a hand-over (`scripts::PASS`, `GATE_PASS`): what it means for the
+/// holder's release and for the waiter's acquire.
+#[derive(Debug, Clone)]
+pub(crate) struct Passed {
+    /// The holder's release: granted where its key was deleted or now holds the waiter's value.
+    pub(crate) ours: Vote,
+    /// The waiter's acquire: granted where its key is set.
+    pub(crate) theirs: Vote,
+    /// The gate did not pass (another process's waiter is ahead) and changed nothing: the
+    /// holder's key is still there, for its ordinary release.
+    pub(crate) kept: bool,
+}
+
+/// A hand-over's `{code, ''}`: 0 someone else's key, 2 passed, 3 free and set for the waiter,
+/// 4 (the gate) not passed, nothing changed.
+pub(crate) fn passed(node: &str, reply: Result<Value, NodeError>) -> Passed {
+    let failed = |e: NodeError| Passed {
+        ours: Vote::Failed(e.clone()),
+        theirs: Vote::Failed(e),
+        kept: false,
+    };
+    let parts = match reply {
+        Ok(Value::Array(parts)) => parts,
+        Ok(_) => return failed(unexpected(node, "a hand-over's {code, woken}")),
+        Err(e) => return failed(e),
+    };
+    let code = match parts.as_slice() {
+        [Value::Integer(code), _] => *code,
+        _ => return failed(unexpected(node, "a hand-over's {code, ''}")),
+    };
+    let (ours, theirs) = match code {
+        0 | 4 => (Vote::Refused, Vote::Refused),
+        2 => (Vote::Granted, Vote::Granted),
+        3 => (Vote::Refused, Vote::Granted),
+        _ => return failed(unexpected(node, "a hand-over code of 0, 2, 3 or 4")),
+    };
+    Passed {
+        ours,
+        theirs,
+        kept: code == 4,
+    }
+}
+
 /// One node's answer to a slot request.
 #[derive(Debug, Clone)]
 pub(crate) enum Slot {
@@ -461,6 +504,22 @@ mod tests {
         assert!(matches!(slot("n", ints(&[0]), 3), Slot::Full));
         let mismatch = Ok(Value::Array(vec![Value::Integer(-1), Value::from("4")]));
         assert!(matches!(slot("n", mismatch, 3), Slot::Mismatch(p) if p == "4"));
+    }
+
+    #[test]
+    fn a_hand_over_answers_for_the_holder_and_the_waiter() {
+        let reply = |code: i64| Ok(Value::Array(vec![Value::Integer(code), Value::from("")]));
+        let votes = |p: Passed| (p.ours, p.theirs, p.kept);
+        let (g, r) = (Vote::Granted, Vote::Refused);
+        assert_eq!(votes(passed("n", reply(2))), (g.clone(), g.clone(), false));
+        assert_eq!(votes(passed("n", reply(3))), (r.clone(), g, false));
+        assert_eq!(votes(passed("n", reply(0))), (r.clone(), r.clone(), false));
+        assert_eq!(votes(passed("n", reply(4))), (r.clone(), r, true));
+        // Anything else is a failure for both, never a grant.
+        for bad in [reply(1), reply(-1), Ok(Value::Integer(2)), ints(&[2])] {
+            let p = passed("n", bad);
+            assert!(is_unexpected(&p.ours) && is_unexpected(&p.theirs), "{p:?}");
+        }
     }
 
     #[test]

@@ -430,6 +430,55 @@ return {deleted, ''}
 "#
 );
 
+/// A holder hands its lock to a waiter of its own process, on a node that is not the key's
+/// gate: where the key still holds the holder's value (or is free), it now holds the waiter's.
+/// KEYS[1]: the lock key. ARGV[1]: the holder's value; ARGV[2]: the waiter's; ARGV[3]: TTL in ms.
+/// Reply: `{0, ''}` someone else's key, untouched; `{2, ''}` passed; `{3, ''}` free, set.
+/// EVAL-only: it creates a key, as an acquire does.
+const PASS: &str = r#"
+local v = redis.call('GET', KEYS[1])
+if v and v ~= ARGV[1] then return {0, ''} end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if v then return {2, ''} end
+return {3, ''}
+"#;
+
+/// PASS on the key's gate, in line order: passed only when no member of another process is
+/// ahead of the waiter in the key's line (the waiter then leaves the line); otherwise nothing
+/// is changed (the holder cleans up where PASS landed elsewhere, then releases here as usual,
+/// which wakes the head: the head never finds the waiter's keys in its way).
+/// KEYS[1]: the lock key; KEYS[2]: its line. ARGV[1..3]: as PASS; ARGV[4]: the waiter's member;
+/// ARGV[5]: this process's member prefix (`<instance>:`).
+/// Reply: as PASS, or `{4, ''}`: not passed, nothing changed.
+const GATE_PASS: &str = concat!(
+    line_lib!(),
+    r#"
+local v = redis.call('GET', KEYS[1])
+if v and v ~= ARGV[1] then return {0, ''} end
+local line, me, ours = KEYS[2], ARGV[4], ARGV[5]
+local h = live_head(line)
+local ok = h == nil or h == me
+if h and not ok then
+  -- Every member ahead of the waiter is of this process (at most 64 looked at).
+  local r = redis.call('ZRANK', line, me)
+  if r and r <= 64 then
+    ok = true
+    for _, m in ipairs(redis.call('ZRANGE', line, 0, r - 1)) do
+      if string.sub(m, 1, #ours) ~= ours then ok = false break end
+    end
+  end
+end
+if ok then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  redis.call('ZREM', line, me)
+  redis.call('DEL', line .. '|' .. me)
+  if v then return {2, ''} end
+  return {3, ''}
+end
+return {4, ''}
+"#
+);
+
 /// Read several keys atomically. KEYS: the keys. Reply: `{v1, pttl1, v2, pttl2, ...}`.
 const VIEW_MANY: &str = r#"
 local out = {}
@@ -629,6 +678,8 @@ pub(crate) struct Scripts {
     pub(crate) sem_gate: Script,
     pub(crate) gate_release: Script,
     pub(crate) gate_free: Script,
+    pub(crate) pass: Script,
+    pub(crate) gate_pass: Script,
     pub(crate) line_leave: Script,
     pub(crate) elect_claim: Script,
     pub(crate) elect_view: Script,
@@ -677,6 +728,9 @@ impl Scripts {
             gate_release: Script::eval_only(GATE_RELEASE),
             // Deletes only its caller's token, like a lone release (see the top of this file).
             gate_free: Script::new(GATE_FREE),
+            // Hand-overs create the waiter's key, as an acquire does: EVAL-only.
+            pass: Script::eval_only(PASS),
+            gate_pass: Script::eval_only(GATE_PASS),
             line_leave: Script::new(LINE_LEAVE),
             // A resent claim or yield re-checks everything it depends on: EVALSHA is safe.
             elect_claim: Script::new(ELECT_CLAIM),

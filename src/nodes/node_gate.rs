@@ -2,8 +2,8 @@
 //! keeps a lock's line, the gate's acquire and release scripts (which queue a waiter and wake
 //! the line's head), and leaving a line.
 //!
-//! Owns: the arguments of the line scripts (`GATE_ACQUIRE`, `GATE_RELEASE`, `LINE_LEAVE`, and
-//! the line's part of a semaphore gate's script).
+//! Owns: the arguments of the line scripts (`GATE_ACQUIRE`, `GATE_RELEASE`, `LINE_LEAVE`, the
+//! hand-over's `PASS` and `GATE_PASS`, and the line's part of a semaphore gate's script).
 //! Must not: decode a reply by hand (reply), decide who waits or is woken (the line and the
 //! acquire loop), or choose a lock's path on a node (node_lock).
 
@@ -13,7 +13,7 @@ use std::time::Duration;
 use fred::prelude::Value;
 
 use crate::base::error::{NodeError, Vote};
-use crate::base::reply::{self, Acquired};
+use crate::base::reply::{self, Acquired, Passed};
 use crate::nodes::batch::{Held, LineRef};
 use crate::nodes::caps::Cached;
 use crate::nodes::node::{Backend, Node};
@@ -144,6 +144,61 @@ impl Node {
                 Box::pin(shards.call("EVAL", first, args, timeout, Some(&held.value))).await
             }
         }
+    }
+
+    /// Whether this node can take part in a hand-over inside the process (`PASS`): a single
+    /// server that runs scripts.
+    pub(crate) fn can_pass(&self) -> bool {
+        !self.is_cluster()
+            && !self.no_line.load(std::sync::atomic::Ordering::Relaxed)
+            && crate::nodes::native::scripts_refused(&self.state).is_none()
+    }
+
+    /// Hands `from`'s key on this node to `to` (a waiter of this process): `GATE_PASS` on the
+    /// key's gate (in line order), `PASS` elsewhere. Sent whole, in this node's command order
+    /// for the key (behind `from`'s SET).
+    pub(crate) async fn pass(
+        self: Arc<Self>,
+        from: Arc<Held>,
+        to: Arc<Held>,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Passed {
+        // A node not identified yet, or the same server as another entry: no vote (as for an
+        // acquire, nothing is sent).
+        if let Err(e) = self.state.counts() {
+            return reply::passed(&self.name, Err(e));
+        }
+        let scripts = crate::base::scripts::Scripts::get();
+        let reply = match (from.keys.first(), self.gated(&from.line)) {
+            (None, _) => Err(self.unexpected("a key to hand over")),
+            (Some(key), Some(line)) => {
+                let member = to.line.as_ref().and_then(|l| l.member.as_deref());
+                let argv = [
+                    Value::from(from.value.as_str()),
+                    Value::from(to.value.as_str()),
+                    Value::Integer(i64::try_from(ttl_ms).unwrap_or(i64::MAX)),
+                    Value::from(member.unwrap_or("")),
+                    Value::from(line.local.member_prefix()),
+                ];
+                let keys = [key.as_str(), line.key.as_str()];
+                self.script_on(&scripts.gate_pass, &keys, &argv, timeout)
+                    .await
+            }
+            (Some(key), None) => {
+                let argv = [
+                    Value::from(from.value.as_str()),
+                    Value::from(to.value.as_str()),
+                    Value::Integer(i64::try_from(ttl_ms).unwrap_or(i64::MAX)),
+                ];
+                self.script_on(&scripts.pass, &[key.as_str()], &argv, timeout)
+                    .await
+            }
+        };
+        reply::passed(
+            &self.name,
+            crate::nodes::native::scripted(&self.state, reply),
+        )
     }
 
     /// Leaves `line` (a waiter that gave up), or with no member pokes it (a broken lock): the

@@ -20,6 +20,7 @@ use crate::base::error::{Error, HeldBy, Names, Result};
 use crate::base::line::{Member, RENEW};
 use crate::nodes::node::Queue;
 use crate::rounds::attempt::{Failure, Turn};
+use crate::rounds::handover::Handoff;
 use crate::rounds::redlock::{random_up_to, Inner, Redlock, Retry};
 
 impl Redlock {
@@ -217,6 +218,10 @@ impl<'a> Acquiring<'a> {
         // common case it is granted, and a refusal at the gate that its grant overtook would
         // leave a member nobody waits for.
         self.joining = self.probe || self.attempts > 1;
+        // The last refusal's offer: withdrawn, or the lock a release handed over.
+        if let Some(p) = &self.place {
+            p.handoff.settle().await;
+        }
         let (probe, joining) = (self.probe, self.joining);
         let turn = self
             .place
@@ -366,6 +371,8 @@ struct Place {
     joined: bool,
     /// The last attempt's gate granted.
     gated: Arc<std::sync::atomic::AtomicBool>,
+    /// Offers for a hand-over inside the process, and a grant handed over.
+    handoff: Arc<Handoff>,
 }
 
 impl Place {
@@ -376,6 +383,7 @@ impl Place {
             line,
             joined: false,
             gated: Default::default(),
+            handoff: Default::default(),
         }
     }
 
@@ -392,6 +400,7 @@ impl Place {
             member: joining.then(|| self.member.name().clone()),
             probe,
             gated: self.gated.clone(),
+            handoff: Some(self.handoff.clone()),
         }
     }
 

@@ -16,6 +16,7 @@ use crate::base::error::{InvalidInput, Vote, Votes};
 use crate::base::line::LEASE;
 use crate::nodes::node::{Acquired, Held, LineRef, Queue};
 use crate::rounds::background::{self, CleanupGuard};
+use crate::rounds::handover::Handoff;
 use crate::rounds::quorum::{
     self, fan_out, fan_out_handed, quorum_known, votes, AsVote, Late, Outcome,
 };
@@ -32,6 +33,9 @@ pub(crate) struct Turn {
     pub(crate) probe: bool,
     /// Set by the attempt: the gate granted (and so took the member out of its line).
     pub(crate) gated: Arc<std::sync::atomic::AtomicBool>,
+    /// A waiter's hand-over inside the process (see `handover`): a refused attempt offers its
+    /// next value there; a grant handed over is taken by the next attempt.
+    pub(crate) handoff: Option<Arc<Handoff>>,
 }
 
 /// Why one attempt did not produce a lock.
@@ -96,6 +100,11 @@ impl Redlock {
         req: &Request,
         turn: &Turn,
     ) -> std::result::Result<Grant, Failure> {
+        // Handed over by a release of this Redlock: the gate took the member out of its line.
+        if let Some(grant) = turn.handoff.as_ref().and_then(|h| h.take_handed()) {
+            turn.gated.store(true, std::sync::atomic::Ordering::Relaxed);
+            return Ok(grant);
+        }
         let held = self.inner.held_for(req, turn);
         // Armed until the outcome is settled: if this future is dropped, release everywhere.
         let mut guard = CleanupGuard {
@@ -137,14 +146,22 @@ impl Redlock {
             .filter(|&i| sent.as_ref().is_none_or(|s| s[i]));
         self.inner.release_unawaited(&held, targets, req.ttl).await;
         guard.inner = None;
-        Err(failure.unwrap_or_else(|| self.inner.failure(tally, granted, t0, now, deadline)))
+        let failure =
+            failure.unwrap_or_else(|| self.inner.failure(tally, granted, t0, now, deadline));
+        // In line, told its place: a release of this Redlock may hand the lock over.
+        if let (Failure::Queued(_, q), Some(handoff)) = (&failure, &turn.handoff) {
+            if q.rank >= 0 {
+                handoff.offered(self.inner.offer(req, turn));
+            }
+        }
+        Err(failure)
     }
 }
 
 impl Inner {
     /// The keys and value one attempt of `req` sets (a fresh token unless the caller gave one),
     /// with its part in the key's wait line.
-    fn held_for(self: &Arc<Self>, req: &Request, turn: &Turn) -> Arc<Held> {
+    pub(crate) fn held_for(self: &Arc<Self>, req: &Request, turn: &Turn) -> Arc<Held> {
         let (value, custom) = req.value();
         Arc::new(Held {
             keys: req.keys.clone(),

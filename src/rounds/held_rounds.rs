@@ -82,6 +82,11 @@ impl Inner {
     /// With a caller's token (repeated across acquisitions) a late release is not resent: it
     /// could delete the caller's next lock.
     pub(crate) async fn release_all(self: &Arc<Self>, held: &Arc<Held>, ttl: Duration) -> Votes {
+        // A waiter of this Redlock offered to take the lock over: one round hands it over.
+        if let Some(votes) = self.hand_over(held, ttl).await {
+            crate::base::metrics::failures(&votes.0);
+            return votes;
+        }
         let timeout = self.release_timeout();
         let calls = (0..self.nodes.len())
             .map(|i| (i, self.nodes[i].clone().release(held.clone(), timeout)));

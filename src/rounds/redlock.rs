@@ -60,6 +60,8 @@ pub(crate) struct Inner {
     pub(crate) renewer: Slot,
     /// The waiting acquires of this Redlock as members of the gates' wait lines.
     pub(crate) line: Arc<Line>,
+    /// Waiters' offers for a hand-over inside this Redlock (see `handover`).
+    pub(crate) handovers: crate::rounds::handover::Handovers,
     /// Wake-ups on release: the subscriber connections (`None`: off, or no node can have a
     /// subscriber; waiters in a line probe their gate at the retry pace).
     pub(crate) wake: Option<Subscribers>,

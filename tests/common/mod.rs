@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: nodes, a Redlock over them, raw reads.
 #![allow(dead_code)]
 
+pub mod lines;
+
 use std::future::Future;
 use std::time::Duration;
 

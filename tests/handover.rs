@@ -1,0 +1,275 @@
+//! Hand-over inside one process: a release of a `Redlock` whose own waiter is in the line
+//! passes the lock to that waiter in one round (`PASS` on every node, no release, no wake-up,
+//! no acquire round), in line order across processes, and never hands anything to a waiter
+//! that left.
+//!
+//! The waiters here retry every 10 s: one that gets the lock within the tests' bounds was
+//! handed it or woken, never timed. A probe of fredlock's own events tells when a waiter is
+//! parked in line (its `waiting` event comes after its refused attempt offered its next value).
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::lines::{line_has, line_members, Probe};
+use common::*;
+use fredlock::{Redlock, Retry};
+use fredlock_testkit::LocalNodes;
+
+const TTL: Duration = Duration::from_secs(30);
+const SLOW: Retry = Retry {
+    attempts: u32::MAX,
+    delay: Duration::from_secs(10),
+    jitter: Duration::ZERO,
+};
+/// A waiter handed the lock or woken gets it well within this.
+const SOON: Duration = Duration::from_secs(5);
+
+/// Waits until a waiter of this thread parks in line (after `before` parkings seen so far).
+async fn parked(probe: &Probe, before: usize) {
+    let ok = eventually(SOON, || async { probe.count("waiting") > before }).await;
+    assert!(
+        ok,
+        "a waiter parked in line; events seen: {:?}",
+        probe.counts()
+    );
+}
+
+/// Node `i`'s calls of `command` since its last CONFIG RESETSTAT (inside scripts too).
+async fn calls(nodes: &LocalNodes, i: usize, command: &str) -> u64 {
+    command_calls(nodes, i, command).await
+}
+
+/// A holder's release hands the lock to its own Redlock's waiter: every node then holds the
+/// waiter's token, which no node got by a release and a new `SET` (no `DEL` on the nodes that
+/// are not the gate), and the waiter left the line.
+///
+/// A parked waiter looks at its gate once a second (its renewal), which withdraws its offer for
+/// that moment: a release landing exactly then is an ordinary one. So the scenario runs up to 3
+/// times, until one release finds the waiter parked; every run must leave the same state.
+#[tokio::test]
+async fn a_release_hands_the_lock_to_a_waiter_of_the_same_redlock() {
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let redlock = build(nodes.urls(), |b| b.retry(SLOW)).await;
+    let r = unique("pass");
+    let key = redlock.key(&r);
+    let gate = redlock.line_node(&r).unwrap();
+    let probe = Probe::default();
+    let _guard = probe.install();
+    let mut handed = false;
+    for run in 1..=3 {
+        let holder = redlock.acquire(r.as_str(), TTL).await.unwrap();
+        let before = probe.count("waiting");
+        let waiter = {
+            let (redlock, r) = (redlock.clone(), r.clone());
+            tokio::spawn(async move { redlock.acquire(r.as_str(), TTL).await })
+        };
+        parked(&probe, before).await;
+        assert!(line_has(&nodes, &redlock, &r, 1).await);
+        for i in 0..nodes.len() {
+            nodes.command(i, &["CONFIG", "RESETSTAT"]).await.unwrap();
+        }
+        let report = holder.release().await.unwrap();
+        assert!(report.votes.granted() >= 2, "{report:?}");
+        let lock = tokio::time::timeout(SOON, waiter)
+            .await
+            .expect("the waiter got the lock")
+            .unwrap()
+            .unwrap();
+        // Granted at a quorum: the last node's PASS may still be on its way.
+        let all = vec![Some(lock.value().to_string()); nodes.len()];
+        assert!(values_become(&redlock, &key, &all, SOON).await);
+        let mut passed = true;
+        for i in 0..nodes.len() {
+            if i != gate {
+                let (del, set) = (calls(&nodes, i, "del").await, calls(&nodes, i, "set").await);
+                assert_eq!(set, 1, "node {i}: one SET, by PASS or by the waiter");
+                passed &= del == 0;
+            }
+        }
+        assert!(line_members(&nodes, &redlock, &r).await.is_empty());
+        assert!(lock.remaining() > TTL / 2, "{:?}", lock.remaining());
+        lock.release().await.unwrap();
+        for i in 0..nodes.len() {
+            assert_eq!(nodes.get(i, &key).await.unwrap(), None, "node {i}");
+        }
+        if passed {
+            handed = true;
+            break;
+        }
+        eprintln!("run {run}: the release found the waiter looking at its gate; again");
+    }
+    assert!(handed, "no release of 3 handed the lock over");
+    redlock.close().await;
+}
+
+/// A waiter in a thread and runtime of its own (another process, as far as the Redlock under
+/// test can tell): acquires, reports its value, and releases when told.
+struct RemoteWaiter {
+    got: std::sync::mpsc::Receiver<String>,
+    release: std::sync::mpsc::Sender<()>,
+}
+
+impl RemoteWaiter {
+    fn start(urls: Vec<String>, resource: String) -> RemoteWaiter {
+        let (got_tx, got) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            // A subscriber here too: with only the test thread's, tracing decides a callsite's
+            // interest by the thread that hits it first, and this thread would turn fredlock's
+            // events off for the test's probe.
+            let _events = Probe::default().install();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let redlock = build(urls, |b| b.retry(SLOW)).await;
+                let lock = redlock.acquire(resource.as_str(), TTL).await.unwrap();
+                got_tx.send(lock.value().to_string()).unwrap();
+                let _ = tokio::task::spawn_blocking(move || release_rx.recv()).await;
+                lock.release().await.unwrap();
+                redlock.close().await;
+            });
+        });
+        RemoteWaiter { got, release }
+    }
+}
+
+/// The order across processes is the line's: a release does not pass the lock to its own
+/// waiter while another process's waiter is ahead of it. That waiter gets it (woken by the
+/// gate), then ours.
+#[tokio::test]
+async fn a_waiter_of_another_process_ahead_in_line_goes_first() {
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let redlock = build(nodes.urls(), |b| b.retry(SLOW)).await;
+    let r = unique("order");
+    let key = redlock.key(&r);
+    let probe = Probe::default();
+    let _guard = probe.install();
+    let holder = redlock.acquire(r.as_str(), TTL).await.unwrap();
+    let remote = RemoteWaiter::start(nodes.urls(), r.clone());
+    assert!(
+        line_has(&nodes, &redlock, &r, 1).await,
+        "the remote waiter is in line"
+    );
+    let ours = {
+        let (redlock, r) = (redlock.clone(), r.clone());
+        tokio::spawn(async move { redlock.acquire(r.as_str(), TTL).await })
+    };
+    parked(&probe, 0).await;
+    assert!(line_has(&nodes, &redlock, &r, 2).await);
+    holder.release().await.unwrap();
+    let remote_value = tokio::task::spawn_blocking(move || {
+        let value = remote
+            .got
+            .recv_timeout(SOON * 2)
+            .expect("the remote waiter got it");
+        (remote, value)
+    })
+    .await
+    .unwrap();
+    let (remote, value) = remote_value;
+    assert!(!ours.is_finished(), "ours waits behind the remote waiter");
+    // A quorum holds its token (a node our release had not reached yet may have refused it:
+    // the ordinary race between a release and the next process's acquire).
+    let theirs = values(&redlock, &key).await;
+    let held = theirs
+        .iter()
+        .filter(|v| v.as_deref() == Some(value.as_str()))
+        .count();
+    assert!(
+        held >= 2,
+        "the remote waiter's token {value} on a quorum: {theirs:?}"
+    );
+    remote.release.send(()).unwrap();
+    let lock = tokio::time::timeout(SOON * 2, ours)
+        .await
+        .expect("ours got it next")
+        .unwrap()
+        .unwrap();
+    lock.release().await.unwrap();
+    redlock.close().await;
+}
+
+/// A waiter that left (its acquire dropped) is handed nothing: once the holder releases, no
+/// node keeps a key and the line is empty.
+#[tokio::test]
+async fn a_waiter_that_left_is_handed_nothing() {
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let redlock = build(nodes.urls(), |b| b.retry(SLOW)).await;
+    let r = unique("left");
+    let key = redlock.key(&r);
+    let probe = Probe::default();
+    let _guard = probe.install();
+    let holder = redlock.acquire(r.as_str(), TTL).await.unwrap();
+    let waiter = {
+        let (redlock, r) = (redlock.clone(), r.clone());
+        tokio::spawn(async move { redlock.acquire(r.as_str(), TTL).await })
+    };
+    parked(&probe, 0).await;
+    waiter.abort();
+    let _ = waiter.await;
+    holder.release().await.unwrap();
+    assert!(
+        freed_within(&redlock, &key, SOON).await,
+        "{:?}",
+        values(&redlock, &key).await
+    );
+    assert!(
+        eventually(SOON, || async {
+            line_members(&nodes, &redlock, &r).await.is_empty()
+        })
+        .await
+    );
+    redlock.close().await;
+}
+
+/// Many waiters of one Redlock and of another, the lock passing inside each process and
+/// across: never two holders at once, and every acquire served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_overs_keep_the_lock_exclusive() {
+    const TASKS: usize = 6;
+    const ROUNDS: usize = 15;
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let fast = Retry {
+        attempts: u32::MAX,
+        delay: Duration::from_millis(20),
+        jitter: Duration::from_millis(20),
+    };
+    let a = build(nodes.urls(), |b| b.retry(fast)).await;
+    let b = build(nodes.urls(), |b| b.retry(fast)).await;
+    let r = unique("exclusive");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let redlock: Redlock = if t % 3 == 0 { b.clone() } else { a.clone() };
+        let (r, inside, done) = (r.clone(), inside.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let lock = redlock.acquire(r.as_str(), TTL).await.unwrap();
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders at once"
+                );
+                tokio::task::yield_now().await;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                lock.release().await.unwrap();
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(done.load(Ordering::SeqCst), TASKS * ROUNDS);
+    let key = a.key(&r);
+    assert!(freed_within(&a, &key, SOON).await);
+    a.close().await;
+    b.close().await;
+}
