@@ -49,6 +49,7 @@ const FOLDERS: &[(&str, &[&str])] = &[
         "rounds",
         &[
             "quorum",
+            "handover",
             "redlock",
             "held_rounds",
             "attempt",
@@ -108,6 +109,7 @@ const LAYERS: &[&[&str]] = &[
         "node_ops",
     ],
     &["background", "pacing", "subscriber"],
+    &["handover"],
     &["redlock"],
     &["held_rounds"],
     &["attempt"],

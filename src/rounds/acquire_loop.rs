@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::base::error::{Error, HeldBy, Names, Result};
 use crate::base::line::{Member, RENEW};
 use crate::nodes::node::Queue;
-use crate::rounds::attempt::{Failure, Turn};
+use crate::rounds::attempt::{Failure, Grant, Turn};
 use crate::rounds::handover::Handoff;
 use crate::rounds::redlock::{random_up_to, Inner, Redlock, Retry};
 
@@ -372,7 +372,7 @@ struct Place {
     /// The last attempt's gate granted.
     gated: Arc<std::sync::atomic::AtomicBool>,
     /// Offers for a hand-over inside the process, and a grant handed over.
-    handoff: Arc<Handoff>,
+    handoff: Arc<Handoff<Grant>>,
 }
 
 impl Place {

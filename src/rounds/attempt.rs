@@ -3,7 +3,8 @@
 //! grant, the clean-up of an attempt that failed, and a waiter's place in its resource's line
 //! (joining through the attempt, leaving in the background).
 //!
-//! Owns: [`Turn`], [`Failure`], [`Grant`], `Redlock::attempt` and the `Inner` rounds it runs.
+//! Owns: [`Turn`], [`Failure`], `Redlock::attempt`, the `Inner` rounds it runs and a waiter's
+//! offer for a hand-over (`Inner::offer`).
 //! Must not: retry (that is `acquire_loop`), extend or release a held lock (that is
 //! `held_rounds`), parse replies (node), count votes by hand (quorum), or build a `Lock`.
 
@@ -16,7 +17,7 @@ use crate::base::error::{InvalidInput, Vote, Votes};
 use crate::base::line::LEASE;
 use crate::nodes::node::{Acquired, Held, LineRef, Queue};
 use crate::rounds::background::{self, CleanupGuard};
-use crate::rounds::handover::Handoff;
+use crate::rounds::handover::{Handoff, Offer, Ticket};
 use crate::rounds::quorum::{
     self, fan_out, fan_out_handed, quorum_known, votes, AsVote, Late, Outcome,
 };
@@ -35,7 +36,7 @@ pub(crate) struct Turn {
     pub(crate) gated: Arc<std::sync::atomic::AtomicBool>,
     /// A waiter's hand-over inside the process (see `handover`): a refused attempt offers its
     /// next value there; a grant handed over is taken by the next attempt.
-    pub(crate) handoff: Option<Arc<Handoff>>,
+    pub(crate) handoff: Option<Arc<Handoff<Grant>>>,
 }
 
 /// Why one attempt did not produce a lock.
@@ -49,14 +50,7 @@ pub(crate) enum Failure {
     Rejected(InvalidInput),
 }
 
-/// One attempt's grant: the keys and token, and the validity window `[t0, deadline]`.
-pub(crate) struct Grant {
-    pub(crate) held: Arc<Held>,
-    pub(crate) t0: Instant,
-    pub(crate) deadline: Instant,
-    /// With fencing: each key's token, written back to a quorum.
-    pub(crate) fencing: Option<Vec<u64>>,
-}
+pub(crate) use crate::rounds::redlock::Grant;
 
 /// Per key: one more than the largest counter among the nodes that granted.
 pub(crate) fn fencing_tokens(
@@ -159,6 +153,36 @@ impl Redlock {
 }
 
 impl Inner {
+    /// The offer a waiter refused with its place in line makes for its next attempt; `None` when
+    /// the request cannot be handed over (several keys, fencing, a caller's token, a node that
+    /// cannot run `PASS`).
+    pub(crate) fn offer(self: &Arc<Self>, req: &Request, turn: &Turn) -> Option<Ticket<Grant>> {
+        let member = turn.member.clone()?;
+        let [key] = req.keys.as_slice() else {
+            return None;
+        };
+        if req.token.is_some() || !req.fence_keys.is_empty() || req.line.is_none() {
+            return None;
+        }
+        if !self.nodes.iter().all(|n| n.can_pass()) {
+            return None;
+        }
+        let seq = member.rsplit(':').next()?.parse::<u64>().ok()?;
+        let offer = Offer {
+            held: self.held_for(req, turn),
+            member,
+            ttl_ms: req.ttl_ms,
+            ttl: req.ttl,
+            validity: req.validity,
+        };
+        let (inner, ttl) = (self.clone(), req.ttl);
+        let orphan = Box::new(move |grant: Grant| {
+            let why = "a handed-over lock nobody took";
+            background::spawn_release(inner, grant.held, ttl, why);
+        });
+        Some(Ticket::offer(&self.handovers, key, seq, offer, orphan))
+    }
+
     /// The keys and value one attempt of `req` sets (a fresh token unless the caller gave one),
     /// with its part in the key's wait line.
     pub(crate) fn held_for(self: &Arc<Self>, req: &Request, turn: &Turn) -> Arc<Held> {

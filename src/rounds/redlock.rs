@@ -61,7 +61,7 @@ pub(crate) struct Inner {
     /// The waiting acquires of this Redlock as members of the gates' wait lines.
     pub(crate) line: Arc<Line>,
     /// Waiters' offers for a hand-over inside this Redlock (see `handover`).
-    pub(crate) handovers: crate::rounds::handover::Handovers,
+    pub(crate) handovers: Arc<crate::rounds::handover::Handovers<Grant>>,
     /// Wake-ups on release: the subscriber connections (`None`: off, or no node can have a
     /// subscriber; waiters in a line probe their gate at the retry pace).
     pub(crate) wake: Option<Subscribers>,
@@ -204,6 +204,15 @@ impl<T: AsRef<str>> Resources for Vec<T> {
     fn into_names(self) -> Vec<String> {
         self.iter().map(|s| s.as_ref().to_string()).collect()
     }
+}
+
+/// One attempt's grant: the keys and token, and the validity window `[t0, deadline]`.
+pub(crate) struct Grant {
+    pub(crate) held: Arc<Held>,
+    pub(crate) t0: tokio::time::Instant,
+    pub(crate) deadline: tokio::time::Instant,
+    /// With fencing: each key's token, written back to a quorum.
+    pub(crate) fencing: Option<Vec<u64>>,
 }
 
 /// A validated acquire request: the same for every attempt of one call.
