@@ -310,6 +310,53 @@ async fn a_lost_wake_up_is_noticed_at_the_next_renewal() {
     lock.release().await.unwrap();
 }
 
+/// A key left on the gate alone (a clean-up that did not reach the gate, a node back from its
+/// append-only file) does not hold the head back until it expires: the head's next look (its
+/// renewal, once a second) asks every node, and it takes the other two nodes' quorum, as a
+/// newcomer could. (Before, the head asked the gate alone at every renewal, refused each time,
+/// for the key's whole TTL, while newcomers took the lock ahead of the whole line.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_left_on_the_gate_alone_does_not_hold_the_head_back() {
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let waiter = build(nodes.urls(), |b| b.retry(SLOW)).await;
+    let r = unique("gate-alone");
+    let key = waiter.key(&r);
+    let gate = waiter.line_node(&r).unwrap();
+    for i in 0..3 {
+        nodes.set(i, &key, "someone-else").await.unwrap();
+    }
+    let task = tokio::spawn({
+        let (waiter, r) = (waiter.clone(), r.clone());
+        async move { waiter.acquire(r.as_str(), TTL).await }
+    });
+    assert!(line_has(&nodes, &waiter, &r, 1).await);
+    // The holder's keys go, but not the gate's, which somebody else keeps for 20 s (and no
+    // release publishes anything: only the head's renewal can notice).
+    nodes
+        .command(gate, &["SET", &key, "stale", "PX", "20000"])
+        .await
+        .unwrap();
+    for i in (0..3).filter(|&i| i != gate) {
+        nodes.command(i, &["DEL", &key]).await.unwrap();
+    }
+    let lock = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("taken at a renewal (1 s) from the other nodes' quorum, not when the gate's key expired (20 s)")
+        .unwrap()
+        .unwrap();
+    let pttl = nodes.command(gate, &["PTTL", &key]).await.unwrap();
+    assert!(
+        matches!(pttl, RespValue::Integer(ms) if ms > 0),
+        "the gate's key was still there when the head got the lock: {pttl:?}"
+    );
+    assert_eq!(
+        nodes.get(gate, &key).await.unwrap().as_deref(),
+        Some("stale"),
+        "the gate's key is left alone"
+    );
+    lock.release().await.unwrap();
+}
+
 /// A holder that crashed (its key never released) is noticed when the key expires on the
 /// gate: the head times its look by the key's TTL there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -326,8 +326,12 @@ impl<'a> Acquiring<'a> {
             }
             () = sleep => {
                 self.waited += p.planned;
-                // A timer in line: ask the gate first (it also renews the place).
-                self.probe = p.queue.is_some();
+                // A timer in line: ask the gate first (it also renews the place); the head
+                // asks every node at once, so a key left on the gate alone (a stale clean-up's,
+                // a node back from its append-only file) does not hold it back until that key
+                // expires while newcomers take the other nodes' quorum. Behind the head, asking
+                // the other nodes would split the head's votes.
+                self.probe = p.queue.is_some_and(|q| q.rank != 0);
                 // No attempt starts after `wait` (but every call makes one).
                 if self.give_up.is_some_and(|g| Instant::now() >= g) {
                     return Err(self.give_up_after(p.failure));
