@@ -30,7 +30,7 @@ test-stress: redis-server
 	bash scripts/test-stress.sh
 
 ## make bench: latency and throughput against a raw fred floor, on local nodes (the serial cycle on
-## both tokio runtimes, beside rslock and node-redlock: npm's redlock 5, installed into
+## both tokio runtimes, beside rslock, node-redlock and redlock-universal from npm, installed into
 ## ~/.cache/fredlock/node-redlock when node and npm are there; BENCH_ARGS=--serial: only that and
 ## the 64-task throughput), then the fleet
 ## table (P = 4, 16, 64 child processes on one lock, semaphore and election), then elections

@@ -13,7 +13,8 @@
 //!   compare-and-delete script via `EVALSHA` on every node at once, each step decided at 2 of 3
 //!   answers, as a Redlock decides. Nothing else: no per-command options, no background or
 //!   clean-up work. The same serial cycle is also measured on a current-thread runtime, and
-//!   against node-redlock (npm `redlock` 5, a child `node` process), all in one run (see
+//!   against node-redlock (npm `redlock` 5) and redlock-universal 0.8 (each a child `node`
+//!   process), and the commands each node runs per uncontended cycle, all in one run (see
 //!   `support/serial.rs`; `-- --serial` runs only those rows and (b)).
 //! - (b) 64 tasks cycling acquire+release on their own keys for a fixed time: cycles/s. On a small
 //!   machine this is bound by CPU, so it shows fredlock's CPU cost per cycle; the bench also
@@ -101,7 +102,7 @@ const TASKS: usize = 64;
 /// silent node, every cycle would take at least this long.
 const SILENT_NODE_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// `-- --serial`: the serial rows on both runtimes and node-redlock, then (b), nothing else.
+/// `-- --serial`: the serial rows on both runtimes and the Node Redlocks, then (b), nothing else.
 async fn serial_only(urls: &[String], run: &str, plan: &Plan) {
     let serial = serial::measure(urls, run, plan.warmup_cycles, plan.rounds, plan.cycles).await;
     let floor = Target::Floor(Arc::new(Floor::connect(urls).await));
@@ -234,7 +235,7 @@ async fn measure(nodes: &TestNodes, run: &str, plan: &Plan, facts: Facts) -> Res
     let run_started = Instant::now();
     let load_before = loadavg();
     let mixed = mixed_rounds(&targets, plan, run).await;
-    // The serial rows on both runtimes, with node-redlock.
+    // The serial rows on both runtimes, with the Node Redlocks.
     let serial = serial::measure(&urls, run, plan.warmup_cycles, plan.rounds, plan.cycles).await;
     // (b) throughput, interleaved rounds as well.
     let tput_prefix = format!("{run}:tput");

@@ -1,10 +1,12 @@
-//! node-redlock (npm `redlock` 5, on `ioredis` 5) as a peer in `bench`'s serial rows: a child
-//! `node` process that runs blocks of serial acquire+release cycles when asked and times each
-//! one itself (`process.hrtime`), so its figures carry no cost of this process.
+//! The Node Redlocks as peers in `bench`'s serial rows: node-redlock (npm `redlock` 5) and
+//! redlock-universal 0.8 (which advertises the lowest latency of the Node libraries), both on
+//! `ioredis` 5. Each runs in a child `node` process of its own that runs blocks of serial
+//! acquire+release cycles when asked and times each one itself (`process.hrtime`), so its
+//! figures carry no cost of this process.
 //!
 //! The packages are installed once with `npm install` into `~/.cache/fredlock/node-redlock`
 //! (`$XDG_CACHE_HOME` when set); without `node` (18 or newer) or `npm`, or when the install
-//! fails, the rows say so and show no node-redlock figure.
+//! fails, the rows say so and show no figure for them.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -13,18 +15,68 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 /// The packages, pinned: `redlock`'s `latest` tag is still 4.2.0; 5 is published as a beta.
-const PACKAGES: [&str; 2] = ["redlock@5.0.0-beta.2", "ioredis@5"];
+const PACKAGES: [&str; 3] = [
+    "redlock@5.0.0-beta.2",
+    "redlock-universal@0.8.5",
+    "ioredis@5",
+];
 
-/// The child: connects to the nodes given as arguments, prints `ready`, then for every line
-/// `run N KEY` runs N acquire+release cycles of KEY (TTL 10 s, as the Rust rows) and prints
-/// their durations in nanoseconds on one line.
+/// Which Node library a child runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeLib {
+    /// npm `redlock` 5.0.0-beta.2.
+    Redlock,
+    /// npm `redlock-universal` 0.8.5.
+    Universal,
+}
+
+impl NodeLib {
+    /// The name the driver takes, and the one the tables print.
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeLib::Redlock => "node-redlock 5",
+            NodeLib::Universal => "redlock-universal 0.8",
+        }
+    }
+
+    fn arg(self) -> &'static str {
+        match self {
+            NodeLib::Redlock => "redlock",
+            NodeLib::Universal => "universal",
+        }
+    }
+}
+
+/// The child: runs the library its first argument names (`redlock` or `universal`) on the
+/// nodes given as the other arguments, prints `ready`, then for every line `run N KEY` runs N
+/// acquire+release cycles of KEY (TTL 10 s, as the Rust rows) and prints their durations in
+/// nanoseconds on one line. redlock-universal's lock object (one per key) is made once and
+/// reused, as its documentation shows.
 const DRIVER: &str = r#"
 import Redis from "ioredis";
 import Redlock from "redlock";
+import { createRedlock, IoredisAdapter } from "redlock-universal";
 import { createInterface } from "node:readline";
 
-const clients = process.argv.slice(2).map((url) => new Redis(url, { maxRetriesPerRequest: 1 }));
+const lib = process.argv[2];
+const clients = process.argv.slice(3).map((url) => new Redis(url, { maxRetriesPerRequest: 1 }));
 const redlock = new Redlock(clients, { driftFactor: 0.01, retryCount: 3, retryDelay: 5, retryJitter: 5 });
+const adapters = clients.map((c) => new IoredisAdapter(c));
+const universal = new Map();
+const cycle = lib === "universal"
+  ? async (key) => {
+      let lock = universal.get(key);
+      if (!lock) {
+        lock = createRedlock({ adapters, key, ttl: 10000, retryAttempts: 3, retryDelay: 5, clockDriftFactor: 0.01 });
+        universal.set(key, lock);
+      }
+      const handle = await lock.acquire();
+      await lock.release(handle);
+    }
+  : async (key) => {
+      const lock = await redlock.acquire([key], 10000);
+      await lock.release();
+    };
 await Promise.all(clients.map((c) => c.ping()));
 process.stdout.write("ready\n");
 for await (const line of createInterface({ input: process.stdin })) {
@@ -33,8 +85,7 @@ for await (const line of createInterface({ input: process.stdin })) {
   const out = [];
   for (let i = 0; i < Number(n); i++) {
     const start = process.hrtime.bigint();
-    const lock = await redlock.acquire([key], 10000);
-    await lock.release();
+    await cycle(key);
     out.push(String(process.hrtime.bigint() - start));
   }
   process.stdout.write(out.join(" ") + "\n");
@@ -81,13 +132,17 @@ fn node_version() -> Result<String, String> {
 /// Installs the packages into the cache directory when missing.
 fn install(dir: &PathBuf) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let installed = dir.join("node_modules/redlock/package.json").exists()
-        && dir.join("node_modules/ioredis/package.json").exists();
+    let installed = ["redlock", "redlock-universal", "ioredis"].iter().all(|p| {
+        dir.join("node_modules")
+            .join(p)
+            .join("package.json")
+            .exists()
+    });
     if installed {
         return Ok(());
     }
     eprintln!(
-        "bench: installing node-redlock into {} (npm install {})",
+        "bench: installing the Node Redlocks into {} (npm install {})",
         dir.display(),
         PACKAGES.join(" ")
     );
@@ -107,9 +162,9 @@ fn install(dir: &PathBuf) -> Result<(), String> {
 }
 
 impl NodeRedlock {
-    /// Installs (when needed) and starts the child on `urls`; `Err` says why node-redlock is
+    /// Installs (when needed) and starts a child running `lib` on `urls`; `Err` says why it is
     /// skipped.
-    pub async fn start(urls: &[String]) -> Result<NodeRedlock, String> {
+    pub async fn start(urls: &[String], lib: NodeLib) -> Result<NodeRedlock, String> {
         let version = node_version()?;
         let dir = cache_dir();
         install(&dir)?;
@@ -118,6 +173,7 @@ impl NodeRedlock {
             .map_err(|e| format!("cannot write {}: {e}", script.display()))?;
         let mut child = Command::new("node")
             .arg(&script)
+            .arg(lib.arg())
             .args(urls)
             .current_dir(&dir)
             .stdin(Stdio::piped())
@@ -131,7 +187,12 @@ impl NodeRedlock {
         let mut lines = BufReader::new(stdout).lines();
         match lines.next_line().await {
             Ok(Some(l)) if l == "ready" => {}
-            other => return Err(format!("the node-redlock driver did not start: {other:?}")),
+            other => {
+                return Err(format!(
+                    "the {} driver did not start: {other:?}",
+                    lib.name()
+                ))
+            }
         }
         Ok(NodeRedlock {
             child,
