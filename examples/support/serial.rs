@@ -346,7 +346,7 @@ impl Serial {
                 Runtime::Multi => ("≤ 1.10x floor", l / f <= 1.10),
                 Runtime::Current => (
                     "≤ 1.10x floor, ≤ 1.0x the best Node library",
-                    l / f <= 1.10 && !(l / best_node > 1.0),
+                    l / f <= 1.10 && (best_node.is_nan() || l / best_node <= 1.0),
                 ),
             };
             let vs_node = if best_node.is_finite() {
