@@ -207,7 +207,8 @@ async fn each_release_wakes_one_waiter_fleet_wide() {
             .unwrap();
         order.push(i);
     }
-    assert!(t.elapsed() < WOKEN * 2, "{:?}", t.elapsed());
+    let handing_on = t.elapsed();
+    assert!(handing_on < WOKEN * 2, "{handing_on:?}");
     assert_eq!(
         order,
         (0..FLEET).collect::<Vec<_>>(),
@@ -226,10 +227,13 @@ async fn each_release_wakes_one_waiter_fleet_wide() {
     // attempts.
     // (A herd, one waiter per process woken by every release, costs 8 attempts of 3 SETs per
     // release here: 192.) A woken head whose SET overtakes the previous release on a node
-    // retries: some slack.
+    // retries: some slack. And every waiter renews its place once a second (the gate's script
+    // with its lease SET; the head also sends a SET to each other node), which a loaded machine
+    // can make happen during the hand-overs: FLEET + 2 SETs per second they lasted.
+    let renewals = (FLEET as u64 + 2) * handing_on.as_secs().saturating_add(1);
     assert!(
-        sets <= (FLEET * 6) as u64,
-        "{sets} SETs for {FLEET} acquisitions"
+        sets <= (FLEET * 6) as u64 + renewals,
+        "{sets} SETs for {FLEET} acquisitions in {handing_on:?}"
     );
 }
 
@@ -439,7 +443,27 @@ async fn a_partitioned_node_slows_nothing_and_a_partitioned_gate_means_polling()
         let r = unique(name);
         let gate = waiter.line_node(&r).unwrap();
         let paused = if paused_gate { gate } else { (gate + 1) % 3 };
-        let held = holder.acquire(r.as_str(), TTL).await.unwrap();
+        // A holder on every node: on a loaded machine a grant at the first two answers can
+        // leave the third node's SET skipped at its 300 ms timeout, and the release below, with
+        // one of the two paused, would then find no quorum.
+        let key = holder.key(&r);
+        let mut held = holder.acquire(r.as_str(), TTL).await.unwrap();
+        for _ in 0..3 {
+            let everywhere = eventually(Duration::from_secs(2), || async {
+                for i in 0..3 {
+                    if nodes.get(i, &key).await.unwrap().is_none() {
+                        return false;
+                    }
+                }
+                true
+            })
+            .await;
+            if everywhere {
+                break;
+            }
+            held.release().await.unwrap();
+            held = holder.acquire(r.as_str(), TTL).await.unwrap();
+        }
         let w = if paused_gate {
             build(nodes.urls(), |b| {
                 b.retry(fast).node_timeout(Duration::from_millis(300))

@@ -37,7 +37,19 @@ impl Probe {
         *self.hook.lock().unwrap() = Some((message.to_string(), Box::new(f)));
     }
     /// Installs the probe for this thread (use a current-thread runtime: every task runs here).
+    ///
+    /// Also installs, once per test binary, a global subscriber that wants fredlock's events
+    /// (it only counts them): tracing caches each callsite's interest from the subscribers that
+    /// exist when a thread first hits it, so a thread with no subscriber at all (another test,
+    /// or a "process" of this test running in a thread of its own) could otherwise mark a
+    /// callsite as wanted by nobody, and this probe would never see its events (seen: a waiter's
+    /// "attempt failed" went unseen, 1 round in 10 with both cores busy).
     pub fn install(&self) -> tracing::subscriber::DefaultGuard {
+        static GLOBAL: std::sync::Once = std::sync::Once::new();
+        GLOBAL.call_once(|| {
+            let everyone = tracing_subscriber::registry().with(Probe::default());
+            let _ = tracing::subscriber::set_global_default(everyone);
+        });
         let subscriber = tracing_subscriber::registry().with(self.clone());
         let guard = tracing::subscriber::set_default(subscriber);
         // Other tests of this binary may have hit fredlock's callsites first, with no
