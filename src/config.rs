@@ -24,6 +24,9 @@ pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 pub const DEFAULT_KEY_PREFIX: &str = "fredlock:";
 /// Default time `build()` waits for a quorum of nodes to connect before returning anyway.
 pub const DEFAULT_CONNECT_WAIT: Duration = Duration::from_secs(2);
+/// Default [`Builder::handover_window`]: how long after a round set a lock's keys its holder may
+/// still pass it to a waiter of the same `Redlock` as it is, without asking the wait line.
+pub const DEFAULT_HANDOVER_WINDOW: Duration = Duration::from_millis(50);
 /// The longest per-node timeout accepted: a node that takes longer is down for a lock's purposes.
 pub const MAX_NODE_TIMEOUT: Duration = Duration::from_secs(3600);
 
@@ -56,6 +59,7 @@ pub struct Builder {
     require_quorum: bool,
     fencing_tokens: bool,
     wake_on_release: bool,
+    handover_window: Duration,
 }
 
 impl fmt::Debug for Builder {
@@ -72,6 +76,7 @@ impl fmt::Debug for Builder {
             .field("require_quorum", &self.require_quorum)
             .field("fencing_tokens", &self.fencing_tokens)
             .field("wake_on_release", &self.wake_on_release)
+            .field("handover_window", &self.handover_window)
             .finish()
     }
 }
@@ -89,6 +94,7 @@ impl Default for Builder {
             require_quorum: false,
             fencing_tokens: false,
             wake_on_release: true,
+            handover_window: DEFAULT_HANDOVER_WINDOW,
         }
     }
 }
@@ -250,6 +256,34 @@ impl Builder {
         self
     }
 
+    /// How long a process may keep a contended lock among its own waiters (default
+    /// [`DEFAULT_HANDOVER_WINDOW`], 50 ms; `Duration::ZERO`: never).
+    ///
+    /// When [`Lock::release`](crate::Lock::release) finds a waiter of the same `Redlock` on the
+    /// same resource (an `acquire` that was refused and waits in the resource's line), it hands
+    /// the lock to that waiter instead of releasing it. Within this window after a round last
+    /// set the lock's keys (the acquire that got it from the nodes), the hand-over sends
+    /// nothing: the waiter's [`Lock`](crate::Lock) takes over the holder's keys as they are,
+    /// with the same [`token`](crate::Lock::token), the holder's
+    /// [`deadline`](crate::Lock::deadline), and [`acquired_at`](crate::Lock::acquired_at) the
+    /// moment it was handed over; the nodes see one holder throughout. After the window, or
+    /// when the waiter asked for another TTL or label, or holds for a minimum
+    /// ([`AcquireOptions::hold_at_least`](crate::AcquireOptions::hold_at_least)), the
+    /// hand-over is one round that replaces the holder's token with the waiter's on every node
+    /// (a fresh token and TTL), and only when no waiter of another process is ahead of it in
+    /// the line; otherwise the lock is released and the line's head woken. Never for a lock
+    /// with fencing tokens, a caller's token or several resources.
+    ///
+    /// So waiters of one process take turns at the cost of a task wake-up, while waiters of
+    /// other processes wait at most one window (plus the holds under way) beyond their place in
+    /// line. The window is also capped at a tenth of the lock's TTL, so a lock handed over as it
+    /// is keeps at least its validity less that. Zero turns it off: every hand-over takes a
+    /// round and every acquisition gets a fresh token.
+    pub fn handover_window(mut self, window: Duration) -> Self {
+        self.handover_window = window;
+        self
+    }
+
     /// Validates everything, creates one fred client per node and starts connecting.
     ///
     /// Returns once a quorum of nodes is connected or after `connect_wait`, whichever comes first:
@@ -306,6 +340,7 @@ impl Builder {
             fencing: self.fencing_tokens,
             background: Default::default(),
             renewer: Default::default(),
+            handover_window: self.handover_window,
             handovers: Default::default(),
             line,
             wake,

@@ -1,7 +1,8 @@
 //! Hand-over inside one process: a release of a `Redlock` whose own waiter is in the line
-//! passes the lock to that waiter in one round (`PASS` on every node, no release, no wake-up,
-//! no acquire round), in line order across processes, and never hands anything to a waiter
-//! that left.
+//! passes the lock to that waiter as it is within the hand-over window (no command at all but
+//! the waiter's leave from the line: same keys, token and deadline), after it in one round
+//! (`PASS` on every node, no release, no wake-up, no acquire round), in line order across
+//! processes beyond one window, and never hands anything to a waiter that left.
 //!
 //! The waiters here retry every 10 s: one that gets the lock within the tests' bounds was
 //! handed it or woken, never timed. A probe of fredlock's own events tells when a waiter is
@@ -42,8 +43,8 @@ async fn calls(nodes: &LocalNodes, i: usize, command: &str) -> u64 {
     command_calls(nodes, i, command).await
 }
 
-/// A holder's release hands the lock to its own Redlock's waiter: every node then holds the
-/// waiter's token, which no node got by a release and a new `SET` (no `DEL` on the nodes that
+/// With no hand-over window, a holder's release hands the lock to its own Redlock's waiter in
+/// one round: every node then holds the waiter's token, which no node got by a release and a new `SET` (no `DEL` on the nodes that
 /// are not the gate), and the waiter left the line.
 ///
 /// A parked waiter looks at its gate once a second (its renewal), which withdraws its offer for
@@ -52,7 +53,10 @@ async fn calls(nodes: &LocalNodes, i: usize, command: &str) -> u64 {
 #[tokio::test]
 async fn a_release_hands_the_lock_to_a_waiter_of_the_same_redlock() {
     let nodes = LocalNodes::start(3).await.unwrap();
-    let redlock = build(nodes.urls(), |b| b.retry(SLOW)).await;
+    let redlock = build(nodes.urls(), |b| {
+        b.retry(SLOW).handover_window(Duration::ZERO)
+    })
+    .await;
     let r = unique("pass");
     let key = redlock.key(&r);
     let gate = redlock.line_node(&r).unwrap();
@@ -138,13 +142,18 @@ impl RemoteWaiter {
     }
 }
 
-/// The order across processes is the line's: a release does not pass the lock to its own
-/// waiter while another process's waiter is ahead of it. That waiter gets it (woken by the
+/// The order across processes is the line's: a release that asks the line (past the hand-over
+/// window) does not pass the lock to its own waiter while another process's waiter is ahead
+/// of it. That waiter gets it (woken by the
 /// gate), then ours.
 #[tokio::test]
 async fn a_waiter_of_another_process_ahead_in_line_goes_first() {
     let nodes = LocalNodes::start(3).await.unwrap();
-    let redlock = build(nodes.urls(), |b| b.retry(SLOW)).await;
+    // No window: the holder's release takes the round that looks at the line.
+    let redlock = build(nodes.urls(), |b| {
+        b.retry(SLOW).handover_window(Duration::ZERO)
+    })
+    .await;
     let r = unique("order");
     let key = redlock.key(&r);
     let probe = Probe::default();
@@ -272,4 +281,185 @@ async fn hand_overs_keep_the_lock_exclusive() {
     assert!(freed_within(&a, &key, SOON).await);
     a.close().await;
     b.close().await;
+}
+
+/// Within the hand-over window (here longer than the test, with a TTL long enough not to cap
+/// it), a release hands the lock to its own Redlock's waiter as it is: no node gets a `SET`, a
+/// `DEL` or a script but the gate's leave from the line; the waiter's lock has the holder's
+/// token and deadline, and its release frees every node.
+#[tokio::test]
+async fn within_the_window_a_release_hands_the_lock_over_as_it_is() {
+    const LONG: Duration = Duration::from_secs(600);
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let redlock = build(nodes.urls(), |b| {
+        b.retry(SLOW).handover_window(Duration::from_secs(60))
+    })
+    .await;
+    let r = unique("as-is");
+    let key = redlock.key(&r);
+    let gate = redlock.line_node(&r).unwrap();
+    let probe = Probe::default();
+    let _guard = probe.install();
+    let mut handed = false;
+    for run in 1..=3 {
+        let holder = redlock.acquire(r.as_str(), LONG).await.unwrap();
+        let (token, deadline) = (holder.token().to_string(), holder.deadline());
+        let before = probe.count("waiting");
+        let waiter = {
+            let (redlock, r) = (redlock.clone(), r.clone());
+            tokio::spawn(async move { redlock.acquire(r.as_str(), LONG).await })
+        };
+        parked(&probe, before).await;
+        for i in 0..nodes.len() {
+            nodes.command(i, &["CONFIG", "RESETSTAT"]).await.unwrap();
+        }
+        let released_at = tokio::time::Instant::now();
+        let report = holder.release().await.unwrap();
+        assert_eq!(report.votes.granted(), nodes.len(), "{report:?}");
+        let lock = tokio::time::timeout(SOON, waiter)
+            .await
+            .expect("the waiter got the lock")
+            .unwrap()
+            .unwrap();
+        assert!(
+            eventually(SOON, || async {
+                line_members(&nodes, &redlock, &r).await.is_empty()
+            })
+            .await
+        );
+        if lock.token() == token {
+            for i in 0..nodes.len() {
+                assert_eq!(calls(&nodes, i, "set").await, 0, "node {i}: no SET");
+                if i != gate {
+                    for command in ["del", "eval", "evalsha"] {
+                        assert_eq!(calls(&nodes, i, command).await, 0, "node {i}: {command}");
+                    }
+                }
+            }
+            assert_eq!(
+                calls(&nodes, gate, "zrem").await,
+                1,
+                "the waiter left the line"
+            );
+            assert_eq!(lock.deadline(), deadline, "the holder's deadline");
+            assert!(
+                lock.acquired_at() >= released_at,
+                "acquired when handed over"
+            );
+            let all = vec![Some(lock.value().to_string()); nodes.len()];
+            assert_eq!(values(&redlock, &key).await, all);
+            handed = true;
+        } else {
+            eprintln!("run {run}: the release found the waiter looking at its gate; again");
+        }
+        lock.release().await.unwrap();
+        for i in 0..nodes.len() {
+            assert_eq!(nodes.get(i, &key).await.unwrap(), None, "node {i}");
+        }
+        if handed {
+            break;
+        }
+    }
+    assert!(handed, "no release of 3 handed the lock over as it is");
+    redlock.close().await;
+}
+
+/// A waiter that holds for a minimum is never handed a lock as it is (its minimum would count
+/// from the hand-over, beyond what the holder's keys were set for): it gets a token of its own.
+#[tokio::test]
+async fn a_waiter_holding_for_a_minimum_gets_a_token_of_its_own() {
+    const LONG: Duration = Duration::from_secs(600);
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let redlock = build(nodes.urls(), |b| {
+        b.retry(SLOW).handover_window(Duration::from_secs(60))
+    })
+    .await;
+    let r = unique("minimum");
+    let probe = Probe::default();
+    let _guard = probe.install();
+    let holder = redlock.acquire(r.as_str(), LONG).await.unwrap();
+    let token = holder.token().to_string();
+    let waiter = {
+        let (redlock, r) = (redlock.clone(), r.clone());
+        let options = fredlock::AcquireOptions::new().hold_at_least(Duration::from_millis(1));
+        tokio::spawn(async move { redlock.acquire_using(r.as_str(), LONG, &options).await })
+    };
+    parked(&probe, 0).await;
+    holder.release().await.unwrap();
+    let lock = tokio::time::timeout(SOON, waiter)
+        .await
+        .expect("the waiter got the lock")
+        .unwrap()
+        .unwrap();
+    assert_ne!(lock.token(), token);
+    lock.release().await.unwrap();
+    redlock.close().await;
+}
+
+/// Local tasks of one Redlock churning on a key (each acquire, a 1 ms hold, release) while a
+/// waiter of another process (a Redlock on a runtime of its own) asks for it: how long that
+/// waiter waits, or `None` if it was still waiting when the churn ended after `churn`.
+async fn foreign_wait(window: Duration, churn: Duration) -> Option<Duration> {
+    const TASKS: usize = 4;
+    const TTL_LONG: Duration = Duration::from_secs(600);
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let fast = Retry {
+        attempts: u32::MAX,
+        delay: Duration::from_secs(10),
+        jitter: Duration::ZERO,
+    };
+    let redlock = build(nodes.urls(), |b| b.retry(fast).handover_window(window)).await;
+    let r = unique("foreign");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let turns = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let (redlock, r, stop, turns) = (redlock.clone(), r.clone(), stop.clone(), turns.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let lock = redlock.acquire(r.as_str(), TTL_LONG).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                lock.release().await.unwrap();
+                turns.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    // The churn is under way before the foreign waiter asks.
+    assert!(eventually(SOON, || async { turns.load(Ordering::SeqCst) >= 20 }).await);
+    let asked = std::time::Instant::now();
+    let remote = RemoteWaiter::start(nodes.urls(), r.clone());
+    let got = tokio::task::spawn_blocking(move || {
+        let got = remote.got.recv_timeout(churn).ok();
+        let _ = remote.release.send(());
+        got.map(|_| asked.elapsed())
+    })
+    .await
+    .unwrap();
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    redlock.close().await;
+    got
+}
+
+/// The window bounds how long one process keeps a lock among its own waiters: a waiter of
+/// another process is served while the local churn goes on (within seconds, against a 50 ms
+/// window and 1 ms holds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_of_another_process_is_served_during_local_hand_overs() {
+    let waited = foreign_wait(fredlock::config::DEFAULT_HANDOVER_WINDOW, SOON * 2).await;
+    assert!(waited.is_some(), "the other process's waiter starved");
+}
+
+/// The control of the test above: with a window longer than the churn, local hand-overs keep
+/// the lock in the process and the other process's waiter is not served (so the test above
+/// can fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_longer_than_the_churn_keeps_the_lock_in_the_process() {
+    let waited = foreign_wait(Duration::from_secs(3600), Duration::from_secs(3)).await;
+    assert_eq!(
+        waited, None,
+        "served although the window outlasted the churn"
+    );
 }

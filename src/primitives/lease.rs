@@ -268,6 +268,7 @@ impl Redlock {
             t0,
             deadline,
             fencing: lease.fencing,
+            handed: None,
         };
         Ok(Lock::from_grant(self.clone(), grant, lease.ttl))
     }
@@ -285,7 +286,10 @@ impl Redlock {
     pub async fn release_lease(&self, lease: &Lease) -> Result<ReleaseReport> {
         let held = lease.held(self)?;
         let started = Instant::now();
-        let votes = self.inner.release_all(&held, lease.ttl).await;
+        let votes = self
+            .inner
+            .release_or_hand_over(&held, lease.ttl, None)
+            .await;
         let report = ReleaseReport {
             votes: votes.clone(),
             elapsed: started.elapsed(),

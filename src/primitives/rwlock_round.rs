@@ -209,6 +209,7 @@ impl RwRounds<'_> {
                     t0,
                     deadline,
                     fencing,
+                    handed: None,
                 };
                 return Ok(Lock::from_grant(self.redlock.clone(), grant, req.ttl));
             }
@@ -378,6 +379,7 @@ impl RwRounds<'_> {
                     t0,
                     deadline,
                     fencing: None,
+                    handed: None,
                 };
                 let lock = Lock::from_grant(redlock.clone(), grant, req.ttl);
                 return Ok(lock);

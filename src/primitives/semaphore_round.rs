@@ -276,6 +276,7 @@ impl Slots<'_> {
             t0: t.t0,
             deadline: t.deadline,
             fencing,
+            handed: None,
         };
         Lock::from_grant(self.redlock.clone(), grant, ttl)
     }

@@ -174,6 +174,7 @@ impl Inner {
             ttl_ms: req.ttl_ms,
             ttl: req.ttl,
             validity: req.validity,
+            as_is: !req.keeps_minimum,
         };
         let (inner, ttl) = (self.clone(), req.ttl);
         let orphan = Box::new(move |grant: Grant| {
@@ -278,6 +279,7 @@ impl Inner {
                 t0,
                 deadline,
                 fencing: None,
+                handed: None,
             });
         }
         // Fencing: each token is one more than the largest counter the granting nodes
@@ -294,6 +296,7 @@ impl Inner {
                 t0,
                 deadline,
                 fencing: Some(tokens),
+                handed: None,
             });
         }
         Err((now < deadline).then_some(Failure::Unavailable(raised)))

@@ -1,6 +1,7 @@
 //! Hand-over inside one process: a holder's release passes the lock straight to a waiter of the
-//! same `Redlock` in one round, instead of a release round, a wake-up and the waiter's acquire
-//! round.
+//! same `Redlock`, instead of a release round, a wake-up and the waiter's acquire round: as it
+//! is (no command: the waiter takes the holder's keys, token and deadline) within the holder's
+//! hand-over window, otherwise in one round (below). The rounds are `handover_rounds`'.
 //!
 //! A waiter in a key's line (refused, told its place) *offers* the value its next attempt would
 //! set ([`Offer`], kept in [`Handovers`] by key). A release of that key by the same `Redlock`
@@ -15,7 +16,7 @@
 //!
 //! Owns: offers and their state, generic over the grant they end with ([`Ticket`], the
 //! waiter's side; [`Cell::finish`], the releaser's). Must not: send anything (the round is
-//! `held_rounds`' `hand_over`, the offer is made by `attempt`), decide when a waiter attempts
+//! `handover_rounds`' `hand_over`, the offer is made by `attempt`), decide when a waiter attempts
 //! (acquire_loop) or build a `Lock`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -34,6 +35,9 @@ pub(crate) struct Offer {
     pub(crate) ttl_ms: u64,
     pub(crate) ttl: Duration,
     pub(crate) validity: Duration,
+    /// The waiter may take the holder's lock as it is (see `handover_rounds`): not when it
+    /// holds for a minimum, which would be counted from the hand-over.
+    pub(crate) as_is: bool,
 }
 
 /// Where an offer stands; `G` is the grant a hand-over ends with.

@@ -12,15 +12,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::base::error::{Error, InvalidInput, NotHeldReason, Result, Round, Vote, Votes};
-use crate::base::reply::Passed;
 use crate::nodes::node::Held;
 use crate::nodes::node_extend_many::Extension;
 use crate::rounds::background::{self, Background, Releaser};
-use crate::rounds::handover::{Cell, Offer};
 use crate::rounds::quorum::{
     self, each_known, fan_out, fan_out_rest, item_votes, quorum_known, votes, Late, Outcome,
 };
-use crate::rounds::redlock::{Grant, Inner};
+use crate::rounds::redlock::Inner;
 
 /// One lock's request in a batched extend round ([`Inner::extend_many`]).
 pub(crate) struct ExtendRequest {
@@ -84,11 +82,6 @@ impl Inner {
     /// With a caller's token (repeated across acquisitions) a late release is not resent: it
     /// could delete the caller's next lock.
     pub(crate) async fn release_all(self: &Arc<Self>, held: &Arc<Held>, ttl: Duration) -> Votes {
-        // A waiter of this Redlock offered to take the lock over: one round hands it over.
-        if let Some(votes) = self.hand_over(held, ttl).await {
-            crate::base::metrics::failures(&votes.0);
-            return votes;
-        }
         let timeout = self.release_timeout();
         let calls = (0..self.nodes.len())
             .map(|i| (i, self.nodes[i].clone().release(held.clone(), timeout)));
@@ -449,45 +442,6 @@ impl Inner {
     }
 }
 
-/// A node's answer still running after a round was decided.
-type LateVote = std::pin::Pin<Box<dyn std::future::Future<Output = Vote> + Send>>;
-
-/// A hand-over under way: if the release's future is dropped before the round's outcome, the
-/// waiter is told it failed and its value is released wherever it landed (the holder's own
-/// `Lock`, still armed, releases the holder's value).
-struct Taking<'a> {
-    inner: &'a Arc<Inner>,
-    cell: Option<Arc<Cell<Grant>>>,
-    held: Arc<Held>,
-    ttl: Duration,
-}
-
-impl<'a> Taking<'a> {
-    fn new(inner: &'a Arc<Inner>, cell: Arc<Cell<Grant>>, offer: &Offer) -> Taking<'a> {
-        Taking {
-            inner,
-            cell: Some(cell),
-            held: offer.held.clone(),
-            ttl: offer.ttl,
-        }
-    }
-
-    /// The round's outcome for the waiter; a grant it can no longer take is given back.
-    fn finish(&mut self, grant: Option<Grant>) -> Option<Grant> {
-        self.cell.take()?.finish(grant)
-    }
-}
-
-impl Drop for Taking<'_> {
-    fn drop(&mut self) {
-        if let Some(cell) = self.cell.take() {
-            let why = "a hand-over dropped mid-round";
-            background::spawn_release(self.inner.clone(), self.held.clone(), self.ttl, why);
-            cell.finish(None);
-        }
-    }
-}
-
 impl Releaser for Inner {
     fn background(&self) -> &Background {
         &self.background
@@ -526,151 +480,5 @@ impl Inner {
         let votes = votes(fan_out(self.nodes.len(), calls, None, Late::Drop, enough).await);
         crate::base::metrics::failures(&votes.0);
         votes
-    }
-
-    /// A holder's release that hands the lock to a waiter of this `Redlock`, when one offered
-    /// (see the module's doc). `None`: nobody to hand over to; the caller releases as usual.
-    /// Otherwise the holder's release votes (granted where its key is gone).
-    pub(crate) async fn hand_over(
-        self: &Arc<Self>,
-        held: &Arc<Held>,
-        ttl: Duration,
-    ) -> Option<Votes> {
-        // The common case (nobody of this Redlock waits): one atomic load.
-        if !self.handovers.any() {
-            return None;
-        }
-        let line = held.line.as_ref()?;
-        let [key] = held.keys.as_slice() else {
-            return None;
-        };
-        if held.custom || !held.fence_keys.is_empty() {
-            return None;
-        }
-        // A node that stopped running scripts since the offer: the usual release (the offer
-        // stays; its waiter withdraws it at its next look at the gate).
-        if !self.nodes.iter().all(|n| n.can_pass()) {
-            return None;
-        }
-        let (cell, offer) = self.handovers.take(key)?;
-        let mut taking = Taking::new(self, cell, &offer);
-        let gate = line.gate;
-        let t0 = Instant::now();
-        let timeout = self.release_timeout();
-        let (mut ours, theirs, kept, late) = self.pass_round(held, &offer, gate).await;
-        let deadline = t0.checked_add(offer.validity);
-        let passed = theirs.0.get(gate) == Some(&Vote::Granted)
-            && quorum::outcome(&theirs.0) == Outcome::Reached
-            && deadline.is_some_and(|d| Instant::now() < d);
-        match deadline.filter(|_| passed) {
-            Some(deadline) => {
-                if let Some(l) = &offer.held.line {
-                    l.wake.store(true, std::sync::atomic::Ordering::Release);
-                }
-                self.line.mark_hot(key);
-                let grant = Grant {
-                    held: offer.held.clone(),
-                    t0,
-                    deadline,
-                    fencing: None,
-                };
-                match taking.finish(Some(grant)) {
-                    // The waiter left meanwhile: its lock is released.
-                    Some(orphan) => {
-                        let all = 0..self.nodes.len();
-                        self.release_unawaited(&orphan.held, all, offer.ttl).await;
-                    }
-                    None => self.line.woke(&offer.member),
-                }
-            }
-            None => {
-                // The waiter's value wherever it may be, like a failed attempt's clean-up.
-                let targets = (0..theirs.0.len()).filter(|&i| theirs.0[i] != Vote::Refused);
-                if kept {
-                    // Awaited: the head our release wakes below must not find it in its way.
-                    self.clean_up(&offer.held, targets, offer.ttl).await;
-                } else {
-                    // Handed to the connections before the waiter attempts again.
-                    self.release_unawaited(&offer.held, targets, offer.ttl)
-                        .await;
-                }
-                taking.finish(None);
-                // Passed on the gate (its clean-up puts the waiter back at the front): its turn
-                // now. Refused there (another process's waiter is ahead): it waits on.
-                if theirs.0.get(gate) == Some(&Vote::Granted) {
-                    self.line.woke(&offer.member);
-                }
-                // Our key on the gate, kept: the ordinary release, which wakes the line's head.
-                if kept {
-                    let release = self.nodes[gate].clone().release(held.clone(), timeout);
-                    ours.0[gate] = release.await;
-                }
-            }
-        }
-        // Our key where the round failed or is still running: released in the background.
-        background::finish_release(self, held, background::failed_nodes(&ours.0), late, ttl);
-        Some(ours)
-    }
-
-    /// `PASS` on every node, decided once the gate answered and both outcomes (the holder's
-    /// release, the waiter's acquire) are known: their votes, whether the gate kept our key
-    /// (another process's waiter is ahead), and the holder's votes still running.
-    async fn pass_round(
-        &self,
-        held: &Arc<Held>,
-        offer: &Offer,
-        gate: usize,
-    ) -> (Votes, Votes, bool, Vec<(usize, LateVote)>) {
-        let timeout = self.release_timeout();
-        let calls = self.nodes.iter().enumerate().map(|(i, n)| {
-            let call = n
-                .clone()
-                .pass(held.clone(), offer.held.clone(), offer.ttl_ms, timeout);
-            (i, call)
-        });
-        let pick = |answers: &[Option<Passed>], f: fn(&Passed) -> &Vote| {
-            let votes = answers
-                .iter()
-                .map(|p| p.as_ref().map_or(Vote::Pending, |p| f(p).clone()));
-            Votes(votes.collect())
-        };
-        let (answers, late) = fan_out_rest(self.nodes.len(), calls, |a| {
-            let known = |f| quorum::outcome(&pick(a, f).0) != Outcome::Undecided;
-            a.get(gate).is_some_and(Option::is_some) && known(|p| &p.theirs) && known(|p| &p.ours)
-        })
-        .await;
-        let kept = answers
-            .get(gate)
-            .and_then(Option::as_ref)
-            .is_some_and(|p| p.kept);
-        let late = late
-            .into_iter()
-            .map(|(i, call)| -> (usize, LateVote) { (i, Box::pin(async move { call.await.ours })) })
-            .collect();
-        let (ours, theirs) = (pick(&answers, |p| &p.ours), pick(&answers, |p| &p.theirs));
-        (ours, theirs, kept, late)
-    }
-
-    /// Releases `held` on `targets` and waits for the answers (within the release timeout);
-    /// those that failed are retried in the background.
-    async fn clean_up(
-        self: &Arc<Self>,
-        held: &Arc<Held>,
-        targets: impl Iterator<Item = usize>,
-        ttl: Duration,
-    ) {
-        let timeout = self.release_timeout();
-        let calls = targets.map(|i| {
-            let call = self.nodes[i].clone().release(held.clone(), timeout);
-            async move { (i, call.await) }
-        });
-        let answers = futures::future::join_all(calls).await;
-        let failed = answers
-            .into_iter()
-            .filter(|(_, vote)| background::is_failed(vote))
-            .map(|(i, _)| i)
-            .collect();
-        let none: Vec<(usize, std::future::Ready<Vote>)> = Vec::new();
-        background::finish_release(self, held, failed, none, ttl);
     }
 }

@@ -16,6 +16,7 @@ use crate::base::error::{Error, Result, Votes};
 use crate::nodes::node::Held;
 use crate::rounds::acquire_loop::WaitLine;
 use crate::rounds::attempt::{Grant, Turn};
+use crate::rounds::handover_rounds::Tenure;
 use crate::rounds::quorum::{self, Outcome};
 use crate::rounds::redlock::{spawn_release, Redlock, Resources, Retry};
 
@@ -35,6 +36,9 @@ pub struct Lock {
     ttl: Duration,
     acquired_at: Instant,
     deadline: Instant,
+    /// When a round last set the keys: `acquired_at`, or earlier for a lock handed over as it
+    /// is (the start of the tenure its hand-overs count from).
+    keys_set_at: Instant,
     released: bool,
     /// With fencing: one token per resource, in `resources` order.
     fencing: Option<Vec<u64>>,
@@ -49,7 +53,10 @@ pub struct ReleaseReport {
     /// Per node, in configuration order: `Granted` = our keys deleted there; `Refused` = our
     /// token was not there (expired or taken over); `Failed` = error or timeout (the keys expire
     /// with their TTL); `Pending` = not answered when the outcome was known (finished in the
-    /// background).
+    /// background). A lock handed to a waiter of the same `Redlock`
+    /// ([`Builder::handover_window`](crate::Builder::handover_window)) is `Granted` where the
+    /// waiter now holds the keys instead of us: everywhere when it was handed over as it is
+    /// (nothing was sent).
     pub votes: Votes,
     /// Time the release round took.
     pub elapsed: Duration,
@@ -84,6 +91,7 @@ impl Lock {
             ttl,
             acquired_at: grant.t0,
             deadline: grant.deadline,
+            keys_set_at: grant.handed.unwrap_or(grant.t0),
             released: false,
             fencing: grant.fencing,
             hold_at_least: None,
@@ -143,8 +151,11 @@ impl Lock {
     }
 
     /// The secret owner token: 128 random bits as 32 hex digits, fresh for each acquisition
-    /// (or the caller's, given with [`AcquireOptions::token`]). Whoever knows it can release or
-    /// extend the lock: keep it out of logs (show [`fingerprint`](Self::fingerprint) instead).
+    /// from the nodes (or the caller's, given with [`AcquireOptions::token`]); a lock handed
+    /// over as it is by a holder of the same `Redlock` keeps that holder's (see
+    /// [`Builder::handover_window`](crate::Builder::handover_window)). Whoever knows it can
+    /// release or extend the lock: keep it out of logs (show [`fingerprint`](Self::fingerprint)
+    /// instead).
     pub fn token(&self) -> &str {
         self.held.token()
     }
@@ -182,7 +193,10 @@ impl Lock {
         self.ttl
     }
 
-    /// When the attempt that acquired the lock started (its validity counts from here).
+    /// When the attempt that acquired the lock started (its validity counts from here); for a
+    /// lock handed over as it is by a holder of the same `Redlock`, when it was handed over
+    /// (its validity is the holder's, see
+    /// [`Builder::handover_window`](crate::Builder::handover_window)).
     pub fn acquired_at(&self) -> Instant {
         self.acquired_at
     }
@@ -290,8 +304,12 @@ impl Lock {
                 tracing::Instrument::instrument(inner.shorten_all(&held, ms), span.clone()).await
             }
             None => {
-                tracing::Instrument::instrument(inner.release_all(&held, self.ttl), span.clone())
-                    .await
+                let tenure = Tenure {
+                    deadline: self.deadline,
+                    keys_set_at: self.keys_set_at,
+                };
+                let release = inner.release_or_hand_over(&held, self.ttl, Some(tenure));
+                tracing::Instrument::instrument(release, span.clone()).await
             }
         };
         self.released = true;
@@ -443,6 +461,7 @@ impl AcquireOptions {
             crate::base::owner::check_token(token)?;
             req.token = Some(token.clone());
         }
+        req.keeps_minimum = self.hold_at_least.is_some_and(|d| !d.is_zero());
         Ok(())
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! The fan-out and the tally (`quorum`), the Redlock's shared state and requests (`redlock`),
 //! extend and release over every node (`held_rounds`), one acquire attempt and its turn in line
-//! (`attempt`), a release that hands the lock to a waiter of the same process (`handover`),
+//! (`attempt`), a release that hands the lock to a waiter of the same process (its offers:
+//! `handover`; its rounds: `handover_rounds`),
 //! work that outlives its call (`background`: drop-path releases, retries), the
 //! acquire retry loop as a state machine (`acquire_loop`) and the [`Lock`](crate::Lock) it hands
 //! out (`lock`).
@@ -14,6 +15,7 @@ pub(crate) mod acquire_loop;
 pub(crate) mod attempt;
 pub(crate) mod background;
 pub(crate) mod handover;
+pub(crate) mod handover_rounds;
 pub(crate) mod held_rounds;
 pub(crate) mod lock;
 pub(crate) mod quorum;

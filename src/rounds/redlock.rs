@@ -60,6 +60,9 @@ pub(crate) struct Inner {
     pub(crate) renewer: Slot,
     /// The waiting acquires of this Redlock as members of the gates' wait lines.
     pub(crate) line: Arc<Line>,
+    /// How long after a round set a lock's keys its holder may still hand it to a waiter of
+    /// this Redlock as it is ([`Builder::handover_window`](crate::Builder::handover_window)).
+    pub(crate) handover_window: Duration,
     /// Waiters' offers for a hand-over inside this Redlock (see `handover`).
     pub(crate) handovers: Arc<crate::rounds::handover::Handovers<Grant>>,
     /// Wake-ups on release: the subscriber connections (`None`: off, or no node can have a
@@ -213,6 +216,9 @@ pub(crate) struct Grant {
     pub(crate) deadline: tokio::time::Instant,
     /// With fencing: each key's token, written back to a quorum.
     pub(crate) fencing: Option<Vec<u64>>,
+    /// Handed over as it is by a holder of the same Redlock (see `handover_rounds`): when a
+    /// round last set the keys. `None`: this grant's own round set them, at `t0`.
+    pub(crate) handed: Option<tokio::time::Instant>,
 }
 
 /// A validated acquire request: the same for every attempt of one call.
@@ -231,6 +237,8 @@ pub(crate) struct Request {
     pub(crate) token: Option<String>,
     /// A single key's wait line: its gate node and the line's key.
     pub(crate) line: Option<(usize, String)>,
+    /// The lock is held for a minimum ([`AcquireOptions::hold_at_least`](crate::AcquireOptions::hold_at_least)).
+    pub(crate) keeps_minimum: bool,
 }
 
 impl Request {
@@ -445,6 +453,7 @@ impl Redlock {
             label: self.inner.label.clone(),
             token: None,
             line,
+            keeps_minimum: false,
         })
     }
 }
