@@ -21,8 +21,10 @@
 //! - CPU per acquisition: this process's (client) and the nodes' (INFO cpu), so that the cost of
 //!   polling shows even when the rate does not.
 //!
-//! A third variant, an in-process `tokio::sync::Mutex` with the same hold, is the ceiling of
-//! the harness: the rate of a lock that costs nothing but a task hand-over.
+//! A third variant has no hand-over window (`Builder::handover_window(Duration::ZERO)`: each
+//! hand-over between the tasks is a round). A fourth, an in-process `tokio::sync::Mutex` with
+//! the same hold, is the ceiling of the harness: the rate of a lock that costs nothing but a
+//! task hand-over.
 //!
 //! Two holds: `precise` (a blocking 1 ms sleep in `spawn_blocking`, about 1.07 ms here) and
 //! `tokio` (`tokio::time::sleep(1 ms)`, which rounds to the timer's millisecond ticks and takes
@@ -36,6 +38,7 @@
 mod support;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use fredlock::Redlock;
 use fredlock_testkit as testkit;
@@ -88,20 +91,28 @@ async fn main() {
     drop(nodes);
 }
 
-/// fredlock polling, fredlock with wake-ups, and an in-process mutex as the ceiling.
-async fn variants(urls: &[String]) -> [Variant; 3] {
-    let build = |wake: bool| {
+/// fredlock polling, fredlock with wake-ups, the same with no hand-over window (every
+/// hand-over inside the process is a round), and an in-process mutex as the ceiling.
+async fn variants(urls: &[String]) -> [Variant; 4] {
+    let build = |wake: bool, window: Duration| {
         Redlock::builder()
             .nodes(urls.to_vec())
             .retry(RETRY)
             .wake_on_release(wake)
+            .handover_window(window)
             .build()
     };
-    let polling = build(false).await.expect("build");
-    let waking = build(true).await.expect("build");
+    let window = fredlock::config::DEFAULT_HANDOVER_WINDOW;
+    let polling = build(false, window).await.expect("build");
+    let waking = build(true, window).await.expect("build");
+    let rounds = build(true, Duration::ZERO).await.expect("build");
     [
         ("polling", Target::Redlock(polling)),
         ("wake-ups", Target::Redlock(waking)),
+        (
+            "wake-ups, no hand-over window (a round per hand-over)",
+            Target::Redlock(rounds),
+        ),
         (
             "in-process tokio Mutex (ceiling, no Redis)",
             Target::Local(Arc::new(tokio::sync::Mutex::new(()))),
@@ -125,9 +136,9 @@ async fn measure(
     for r in 0..rounds {
         for (h, hold) in HOLDS.iter().enumerate() {
             let order: Vec<usize> = if r % 2 == 0 {
-                vec![0, 1, 2]
+                vec![0, 1, 2, 3]
             } else {
-                vec![2, 1, 0]
+                vec![3, 2, 1, 0]
             };
             for v in order {
                 let got = round(&variants[v].1, addrs, key, *hold, secs).await;
@@ -172,6 +183,12 @@ fn print_table(variants: &[Variant], series: &[Vec<Series>]) {
             );
         }
         let rate = |v: usize| series[h][v].median(|r| r.per_second);
+        println!(
+            "| {} | wake-ups / no window; / tokio Mutex | {:.2}x; {:.2}x | | | | | | | |",
+            hold.name(),
+            rate(1) / rate(2),
+            rate(1) / rate(3),
+        );
         let cmds = |v: usize| series[h][v].median(|r| r.commands_per_acquisition);
         println!(
             "| {} | wake-ups / polling | {:.2}x | {:.2}x | | | | | | {:.2}x, {:.2}x |",
