@@ -284,9 +284,10 @@ async fn hand_overs_keep_the_lock_exclusive() {
 }
 
 /// Within the hand-over window (here longer than the test, with a TTL long enough not to cap
-/// it), a release hands the lock to its own Redlock's waiter as it is: no node gets a `SET`, a
-/// `DEL` or a script but the gate's leave from the line; the waiter's lock has the holder's
-/// token and deadline, and its release frees every node.
+/// it), a release hands the lock to its own Redlock's waiter as it is (up to 3 runs, as above:
+/// a release that finds the waiter looking at its gate is an ordinary one): the nodes other
+/// than the gate get no `DEL` or script, the gate the waiter's leave from the line; the
+/// waiter's lock has the holder's token and deadline, and its release frees every node.
 #[tokio::test]
 async fn within_the_window_a_release_hands_the_lock_over_as_it_is() {
     const LONG: Duration = Duration::from_secs(600);
@@ -315,7 +316,6 @@ async fn within_the_window_a_release_hands_the_lock_over_as_it_is() {
         }
         let released_at = tokio::time::Instant::now();
         let report = holder.release().await.unwrap();
-        assert_eq!(report.votes.granted(), nodes.len(), "{report:?}");
         let lock = tokio::time::timeout(SOON, waiter)
             .await
             .expect("the waiter got the lock")
@@ -328,17 +328,18 @@ async fn within_the_window_a_release_hands_the_lock_over_as_it_is() {
             .await
         );
         if lock.token() == token {
-            for i in 0..nodes.len() {
-                assert_eq!(calls(&nodes, i, "set").await, 0, "node {i}: no SET");
-                if i != gate {
-                    for command in ["del", "eval", "evalsha"] {
-                        assert_eq!(calls(&nodes, i, command).await, 0, "node {i}: {command}");
-                    }
+            // Nothing was sent for the holder: its keys are the waiter's now, everywhere.
+            assert_eq!(report.votes.granted(), nodes.len(), "{report:?}");
+            // No release, PASS or clean-up reached the other nodes (a waiter's own look at
+            // its gate may add the line's commands there, and a head's look a refused SET
+            // everywhere: neither is counted).
+            for i in (0..nodes.len()).filter(|&i| i != gate) {
+                for command in ["del", "eval", "evalsha"] {
+                    assert_eq!(calls(&nodes, i, command).await, 0, "node {i}: {command}");
                 }
             }
-            assert_eq!(
-                calls(&nodes, gate, "zrem").await,
-                1,
+            assert!(
+                calls(&nodes, gate, "zrem").await >= 1,
                 "the waiter left the line"
             );
             assert_eq!(lock.deadline(), deadline, "the holder's deadline");
@@ -350,6 +351,9 @@ async fn within_the_window_a_release_hands_the_lock_over_as_it_is() {
             assert_eq!(values(&redlock, &key).await, all);
             handed = true;
         } else {
+            // The waiter was looking at its gate (its renewal, or every waiter's look when the
+            // Redlock's first subscriber connection comes up): an ordinary release.
+            assert!(report.votes.granted() >= 2, "{report:?}");
             eprintln!("run {run}: the release found the waiter looking at its gate; again");
         }
         lock.release().await.unwrap();

@@ -203,7 +203,8 @@ impl Lock {
 
     /// The instant (monotonic clock) after which the lock must be considered lost:
     /// `start + ttl - (ttl * drift_factor + 2 ms)`, where `start` is when the acquire or the last
-    /// successful extend began.
+    /// successful extend began (for a lock handed over as it is by a holder of the same
+    /// `Redlock`, the holder's).
     pub fn deadline(&self) -> Instant {
         self.deadline
     }
