@@ -163,6 +163,49 @@ async fn a_release_elsewhere_wakes_the_head() {
     lock.release().await.unwrap();
 }
 
+/// A release sent in a batch (its node busy with 63 other releases of the same process) takes
+/// the batch's short form of the gate's release, which does not wake anyone itself: the line
+/// the holder did not know of is noticed there and its head woken all the same. The head is a
+/// member of another process that never renews (so only the release can have woken it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_batched_on_the_gate_wakes_the_head() {
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let holder = build(nodes.urls(), |b| b).await;
+    let r = unique("batched");
+    let others: Vec<String> = (0..63).map(|i| format!("{r}:other:{i}")).collect();
+    // Warm-up: the gate knows its release script once it ran it (sent whole until then, alone).
+    let gate = holder.line_node(&r).unwrap();
+    let warm = others.iter().find(|o| holder.line_node(o) == Some(gate));
+    let lock = holder.acquire(warm.unwrap().as_str(), TTL).await.unwrap();
+    lock.release().await.unwrap();
+    let mut locks = Vec::new();
+    for name in &others {
+        locks.push(holder.acquire(name.as_str(), TTL).await.unwrap());
+    }
+    // Last: its release queues behind the others' on every node.
+    locks.push(holder.acquire(r.as_str(), TTL).await.unwrap());
+    // A waiter of another process joined the line meanwhile (as GATE_ACQUIRE's join does).
+    let line = line_key(&holder, &r);
+    let head = "0123456789abcdef0123456789abcdef:7";
+    for cmd in [
+        vec!["ZADD", &line, "0", head],
+        vec!["SET", &format!("{line}|{head}"), "1", "PX", "30000"],
+        vec!["SET", &format!("{line}!"), "1", "PX", "30000"],
+        vec!["CONFIG", "RESETSTAT"],
+    ] {
+        nodes.command(gate, &cmd).await.unwrap();
+    }
+    let reports = futures::future::join_all(locks.into_iter().map(|l| l.release())).await;
+    assert!(reports.iter().all(|r| r.is_ok()), "{reports:?}");
+    assert!(
+        eventually(WOKEN, || async {
+            command_calls(&nodes, gate, "publish").await == 1
+        })
+        .await,
+        "the release woke the head: one message"
+    );
+}
+
 /// No herd, fleet-wide: 8 `Redlock`s (as 8 processes) each wait once for one key. Every release
 /// publishes exactly one message (to the head's own channel), the head takes the lock with one
 /// SET per node, and nobody else attempts: per acquisition a bounded number of commands.

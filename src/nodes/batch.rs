@@ -12,7 +12,10 @@
 //!   and nothing queued is sent by its caller at once, in its plain form: a serial caller pays
 //!   no hop and no batching. The plain form of an acquire is `SET NX`; of a release, the
 //!   node's native compare-and-delete where it has one (`DELIFEQ`, `DELEX`: see `caps`,
-//!   `native`), else the release script by EVALSHA (see [`release_script`]).
+//!   `native`), else the release script by EVALSHA (see [`release_script`]); on the key's
+//!   gate, the gate's release (`GATE_FREE`, which wakes the line's head), which the batch
+//!   script does in short (the release and a read of the line's flag, the wake-up left to
+//!   `Node::gate_release`).
 //! - **Queued otherwise.** Anything else joins the node's queue; one batcher task per node
 //!   takes everything queued (up to [`MAX_OPS`]), sends it as one `EVAL` of
 //!   [`BATCH`](crate::base::scripts) (a lone operation, or every operation on a node whose user may
@@ -205,6 +208,10 @@ pub(super) enum Kind {
     Acquire { ttl_ms: u64 },
     /// The release script.
     Release,
+    /// The release on the key's gate (`GATE_FREE`): a holder's release (`wake`: its line's
+    /// head is woken when the key is free) or a clean-up (woken only when it deleted the key).
+    /// Batched, the wake-up is left to the caller (see `Node::gate_release`).
+    GateFree { wake: bool },
 }
 
 /// Any other command for this node (see `Batch::ordered`): started by the batcher with the
@@ -247,7 +254,7 @@ const MAX_RESENDS: u32 = 8;
 /// A release whose caller stopped waiting for its answer, and whose token is fresh (see
 /// [`Op::orphaned`]).
 pub(super) fn orphaned_release(op: &Op) -> bool {
-    matches!(&op.work, Work::Key { held, kind: Kind::Release } if !held.custom)
+    matches!(&op.work, Work::Key { held, kind: Kind::Release | Kind::GateFree { .. } } if !held.custom)
         && op.reply.is_closed()
 }
 
@@ -321,6 +328,10 @@ pub(super) async fn send_one(
             // Boxed: fred's command futures are ~5 KB (see `node`).
             Box::pin(set).await.map_err(|e| state.error(&e))
         }
+        Kind::GateFree { wake } => match held.line.as_ref() {
+            Some(line) => gate_free(client, state, held, line, wake, timeout).await,
+            None => Box::pin(send_one(client, state, held, Kind::Release, timeout)).await,
+        },
         Kind::Release => {
             let native = crate::nodes::native::release(client, state, key, &held.value, timeout);
             match Box::pin(native).await {
@@ -375,15 +386,77 @@ async fn release_script(
         }
         return reply;
     }
+    by_sha(
+        client,
+        state,
+        Cached::Release,
+        args(&script.sha),
+        args(script.body),
+        timeout,
+    )
+    .await
+}
+
+/// `GATE_FREE` for `held`'s one key on its gate, whole (with its wake-up), by EVALSHA: sent here
+/// only once the server is known to have it (see `Node::gate_release`, which sends it by EVAL
+/// until then). Reply: `{deleted, woken member or ''}`.
+async fn gate_free(
+    client: &Client,
+    state: &Arc<State>,
+    held: &Held,
+    line: &LineRef,
+    wake: bool,
+    timeout: Duration,
+) -> Result<Value, NodeError> {
+    let Some(key) = held.keys.first() else {
+        return Ok(Value::Array(vec![Value::Integer(0), Value::from("")]));
+    };
+    let script = &Scripts::get().gate_free;
+    let flag = format!("{}!", line.key);
+    let args = |first: &str| {
+        vec![
+            Value::from(first),
+            Value::Integer(3),
+            Value::from(key.as_str()),
+            Value::from(flag.as_str()),
+            Value::from(line.key.as_str()),
+            Value::from(held.value.as_str()),
+            Value::from(line.local.prefix()),
+            Value::from(format!("{:08x}", rand::random::<u32>())),
+            Value::from(if wake { "w" } else { "q" }),
+        ]
+    };
+    let reply = by_sha(
+        client,
+        state,
+        Cached::GateFree,
+        args(&script.sha),
+        args(script.body),
+        timeout,
+    );
+    crate::nodes::native::scripted(state, reply.await)
+}
+
+/// A script by EVALSHA (`sha`), and on `NOSCRIPT` (someone flushed the cache) by EVAL (`body`) at
+/// once, which then lands after whatever this process sent the node meanwhile: only for a
+/// release, which deletes nothing but its own fresh token. A caller that stops waiting after the
+/// EVALSHA was handed to fred leaves the rest to a task (see [`Finish`]).
+async fn by_sha(
+    client: &Client,
+    state: &Arc<State>,
+    cached: Cached,
+    sha: Vec<Value>,
+    body: Vec<Value>,
+    timeout: Duration,
+) -> Result<Value, NodeError> {
     let (client, state) = (client.clone(), state.clone());
-    let (sha, body) = (args(&script.sha), args(script.body));
     Finish::new(async move {
         let with = client.with_options(&options(timeout));
         let cmd = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
         match Box::pin(with.custom::<Value, Value>(cmd, sha)).await {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
                 tracing::debug!(node = %state.name, "NOSCRIPT: resending the release with EVAL");
-                state.caps.set_cached(Cached::Release, false);
+                state.caps.set_cached(cached, false);
                 let cmd = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
                 let call = with.custom::<Value, Value>(cmd, body);
                 Box::pin(call).await.map_err(|e| state.error(&e))

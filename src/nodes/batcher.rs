@@ -76,6 +76,19 @@ impl Batch {
         self.run(held, Kind::Release, timeout).await
     }
 
+    /// `GATE_FREE` for `held`'s one key on its gate (`wake`: a holder's release, else a
+    /// clean-up). Alone, the whole script (reply `{deleted, woken member}`); in a batch, the
+    /// release and a read of the line's flag (an integer: deleted, plus 2 when the flag is set
+    /// and the key free), the wake-up left to the caller.
+    pub(crate) async fn gate_free(
+        &self,
+        held: &Arc<Held>,
+        wake: bool,
+        timeout: Duration,
+    ) -> Result<Value, NodeError> {
+        self.run(held, Kind::GateFree { wake }, timeout).await
+    }
+
     /// Fails every queued operation and ends the batcher (the node is dropped).
     pub(crate) fn close(&self) {
         let ops = {
@@ -475,18 +488,23 @@ async fn send_batch(client: Client, state: Arc<State>, shared: Arc<Shared>, ops:
         return;
     }
     let scripts = Scripts::get();
-    let mut args = Vec::with_capacity(2 + 3 * live.len());
+    let mut args = Vec::with_capacity(2 + 4 * live.len());
     args.push(Value::from(scripts.batch.body));
-    args.push(Value::Integer(live.len() as i64));
-    for (_, held, _) in &live {
+    args.push(Value::Integer(0));
+    for (_, held, kind) in &live {
         let key = held.keys.first().map_or("", String::as_str);
         args.push(Value::from(key));
+        if let (Kind::GateFree { .. }, Some(line)) = (kind, &held.line) {
+            args.push(Value::from(format!("{}!", line.key)));
+        }
     }
+    args[1] = Value::Integer(args.len() as i64 - 2);
     for (_, held, kind) in &live {
         args.push(Value::from(held.value.as_str()));
-        args.push(match kind {
-            Kind::Acquire { ttl_ms } => Value::Integer(*ttl_ms as i64),
-            Kind::Release => Value::from("r"),
+        args.push(match (kind, &held.line) {
+            (Kind::Acquire { ttl_ms }, _) => Value::Integer(*ttl_ms as i64),
+            (Kind::GateFree { .. }, Some(_)) => Value::from("f"),
+            (Kind::Release | Kind::GateFree { .. }, _) => Value::from("r"),
         });
     }
     let eval = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
@@ -499,7 +517,8 @@ async fn send_batch(client: Client, state: Arc<State>, shared: Arc<Shared>, ops:
             // The plain SET's reply shape: OK when set, nil when the key exists.
             Kind::Acquire { .. } if n == 1 => Value::from("OK"),
             Kind::Acquire { .. } => Value::Null,
-            Kind::Release => Value::Integer(n),
+            // GateFree: 2 more when its line's flag is set (see `Node::gate_release`).
+            Kind::Release | Kind::GateFree { .. } => Value::Integer(n),
         });
         self::answer(op, reply, &mut orphans);
     }

@@ -27,6 +27,16 @@ pub(super) fn line_argv(line: &LineRef) -> [Value; 3] {
     ]
 }
 
+/// `GATE_FREE`'s arguments: the value, the channel prefix, a short id of this release, `mode`.
+fn gate_free_argv(held: &Held, line: &LineRef, mode: &str) -> [Value; 4] {
+    [
+        Value::from(held.value.as_str()),
+        Value::from(line.local.prefix()),
+        Value::from(format!("{:08x}", rand::random::<u32>())),
+        Value::from(mode),
+    ]
+}
+
 impl Node {
     /// `line` when this node is its gate (and may keep lines).
     pub(super) fn gated<'a>(&self, line: &'a Option<LineRef>) -> Option<&'a LineRef> {
@@ -72,7 +82,7 @@ impl Node {
     /// the front of the line.
     pub(super) async fn gate_release(
         &self,
-        held: &Held,
+        held: &Arc<Held>,
         line: &LineRef,
         timeout: Duration,
     ) -> Result<Value, NodeError> {
@@ -90,16 +100,22 @@ impl Node {
             &self.backend,
             held.keys.as_slice(),
         ) {
+            let caps = &self.state.caps;
+            // A key with no known line: through the batcher, like any release (see
+            // `gate_free_batched`).
+            if let (true, Some(batch), false) = (
+                caps.is_cached(Cached::GateFree),
+                &self.batch,
+                held.custom || line.local.is_hot(key),
+            ) {
+                return self
+                    .gate_free_batched(batch, held, line, mode == "w", timeout)
+                    .await;
+            }
             // A holder's release or a clean-up: the common case by EVALSHA, one read.
             let flag = format!("{}!", line.key);
             let keys = [key.as_str(), flag.as_str(), line.key.as_str()];
-            let argv = [
-                Value::from(held.value.as_str()),
-                Value::from(line.local.prefix()),
-                Value::from(format!("{:08x}", rand::random::<u32>())),
-                Value::from(mode),
-            ];
-            let caps = &self.state.caps;
+            let argv = gate_free_argv(held, line, mode);
             if caps.is_cached(Cached::GateFree) {
                 return self
                     .script_on(&scripts.gate_free, &keys, &argv, timeout)
@@ -142,6 +158,55 @@ impl Node {
                     return Ok(Value::Array(vec![Value::Integer(0), Value::from("")]));
                 };
                 Box::pin(shards.call("EVAL", first, args, timeout, Some(&held.value))).await
+            }
+        }
+    }
+
+    /// A release on the gate through the batcher (`Batch::gate_free`). Sent alone it is the
+    /// whole `GATE_FREE`; in a batch, only the release and a read of the line's flag: when the
+    /// flag is set and the key free (a line has members this process did not know of), the
+    /// head is woken by `GATE_FREE` in `w` mode (the key now free, it only wakes), one more
+    /// call on the rare path. Reply: `{deleted, woken member or ''}` either way.
+    async fn gate_free_batched(
+        &self,
+        batch: &crate::nodes::batcher::Batch,
+        held: &Arc<Held>,
+        line: &LineRef,
+        wake: bool,
+        timeout: Duration,
+    ) -> Result<Value, NodeError> {
+        let code = match batch.gate_free(held, wake, timeout).await {
+            Ok(Value::Integer(code)) => code,
+            // Sent alone: the whole script's reply (or an error).
+            other => return other,
+        };
+        let deleted = code & 1;
+        let done = |woken: Value| Ok(Value::Array(vec![Value::Integer(deleted), woken]));
+        // No line, or a clean-up that freed nothing (GATE_FREE's `q` wakes nobody then).
+        if code < 2 || (!wake && deleted == 0) {
+            return done(Value::from(""));
+        }
+        let key = held.keys.first().map_or("", String::as_str);
+        line.local.mark_hot(key);
+        let flag = format!("{}!", line.key);
+        let keys = [key, flag.as_str(), line.key.as_str()];
+        let scripts = crate::base::scripts::Scripts::get();
+        match self
+            .script_on(
+                &scripts.gate_free,
+                &keys,
+                &gate_free_argv(held, line, "w"),
+                timeout,
+            )
+            .await
+        {
+            Ok(Value::Array(parts)) if parts.len() == 2 => {
+                done(parts.into_iter().nth(1).unwrap_or(Value::Null))
+            }
+            // The release itself is done: the head finds the key free at its next look.
+            other => {
+                tracing::debug!(node = %self.name, reply = ?other, "fredlock: the wake-up after a batched release on the gate failed");
+                done(Value::from(""))
             }
         }
     }
