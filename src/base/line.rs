@@ -45,12 +45,15 @@ pub(crate) struct Line {
     prefix: String,
     /// No wake-ups: waiters poll their gate, paced by their exact place in line.
     polls: bool,
+    /// The next member's sequence number (taken when an acquire starts: see [`Line::seq`]).
+    next: std::sync::atomic::AtomicU64,
+    /// Some key was marked hot once: until then [`Line::is_hot`] takes no lock.
+    any_hot: std::sync::atomic::AtomicBool,
     state: Mutex<State>,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    next: u64,
     /// Per member: its wake-up, the gate it waits at, and whether the last wake-up came from
     /// its gate (the head's turn) rather than a subscriber coming up (look again).
     waiters: HashMap<u64, Slot>,
@@ -82,6 +85,8 @@ impl Line {
     pub(crate) fn new(key_prefix: &str, nodes: usize, polls: bool) -> Line {
         Line {
             polls,
+            next: Default::default(),
+            any_hot: Default::default(),
             instance: format!("{:032x}", rand::random::<u128>()),
             prefix: format!("{key_prefix}~wake:"),
             state: Mutex::new(State {
@@ -115,13 +120,19 @@ impl Line {
         format!("{}{}", self.prefix, self.instance)
     }
 
-    /// A new member waiting at `gate` (not in its line until its first refused attempt).
-    pub(crate) fn member(self: &Arc<Self>, gate: Option<usize>) -> Member {
+    /// A sequence number for a member to come: taken when an acquire starts (one atomic
+    /// step), so members order by their acquires' start even though each is created only at
+    /// its acquire's first refusal ([`Line::member`]).
+    pub(crate) fn seq(&self) -> u64 {
+        self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A new member waiting at `gate` (not in its line until its first refused attempt), with
+    /// a sequence number from [`Line::seq`].
+    pub(crate) fn member(self: &Arc<Self>, gate: Option<usize>, seq: u64) -> Member {
         let notify = Arc::new(Notify::new());
         let turn = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut st = self.lock();
-        let seq = st.next;
-        st.next = st.next.wrapping_add(1);
         let slot = Slot {
             notify: notify.clone(),
             gate,
@@ -231,10 +242,17 @@ impl Line {
             }
         }
         st.hot.insert(key.to_string(), now);
+        self.any_hot
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether `key` showed contention within the last couple of seconds.
     pub(crate) fn is_hot(&self, key: &str) -> bool {
+        // Relaxed: a mark another task made a moment ago may be missed, as it may be missed
+        // by a look that came a moment earlier; it only steers the first attempt.
+        if !self.any_hot.load(std::sync::atomic::Ordering::Relaxed) {
+            return false;
+        }
         self.lock()
             .hot
             .get(key)
@@ -285,8 +303,8 @@ mod tests {
     #[tokio::test]
     async fn a_message_wakes_its_member_only() {
         let line = Arc::new(Line::new("p:", 3, false));
-        let a = line.member(Some(1));
-        let b = line.member(Some(1));
+        let a = line.member(Some(1), line.seq());
+        let b = line.member(Some(1), line.seq());
         let seq_b = b.name().split(':').nth(1).unwrap_or("").to_string();
         line.dispatch(&format!("{seq_b}|x"));
         tokio::time::timeout(Duration::from_secs(5), b.woken())
@@ -307,7 +325,7 @@ mod tests {
     #[tokio::test]
     async fn clear_forgets_a_stored_wake_up_and_subscriber_up_wakes_all() {
         let line = Arc::new(Line::new("p:", 2, false));
-        let a = line.member(Some(1));
+        let a = line.member(Some(1), line.seq());
         line.woke(a.name());
         a.clear();
         let stored = tokio::time::timeout(Duration::from_millis(20), a.woken()).await;

@@ -136,8 +136,13 @@ struct Acquiring<'a> {
     ttl: Duration,
     /// No attempt starts after this (`wait`; `None`: no limit in time).
     give_up: Option<Instant>,
-    /// The place in the resource's wait line, for a call that may wait at all.
+    /// The place in the resource's wait line, for a call that may wait at all: made at the
+    /// first refusal (or before a first attempt that asks the gate), so that an acquire granted
+    /// at once costs nothing of the line's (see [`Acquiring::place`]).
     place: Option<Place>,
+    /// The line of a call that may wait, and its member's sequence number (taken at the start:
+    /// waiters of one process go in the order their acquires started), until `place` is made.
+    line: Option<(WaitLine, u64)>,
     /// Waiting time so far and allowed, in retry pauses (no limit with `wait`).
     waited: f64,
     budget: f64,
@@ -183,18 +188,20 @@ impl<'a> Acquiring<'a> {
     ) -> Self {
         // A place in line only for a call that may wait at all (never for `try_acquire`).
         let may_wait = wait.map_or(retry.attempts > 1, |w| !w.is_zero());
-        let place = line
-            .filter(|_| may_wait)
-            .map(|l| Place::new(&redlock.inner, l));
+        let inner = &redlock.inner;
+        let line = line.filter(|_| may_wait).map(|l| (l, inner.line.seq()));
         // A key contended lately: ask its gate first rather than split the woken head's votes.
-        let probe = place.as_ref().is_some_and(|p| p.is_hot());
-        Acquiring {
+        let probe = line
+            .as_ref()
+            .is_some_and(|(l, _)| inner.line.is_hot(&l.hot));
+        let mut acquiring = Acquiring {
             redlock,
             retry,
             resources,
             ttl,
             give_up: wait.and_then(|w| Instant::now().checked_add(w)),
-            place,
+            place: None,
+            line,
             waited: 0.0,
             budget: match wait {
                 None => f64::from(retry.attempts.saturating_sub(1)),
@@ -203,6 +210,17 @@ impl<'a> Acquiring<'a> {
             attempts: 0,
             probe,
             joining: false,
+        };
+        if probe {
+            acquiring.place();
+        }
+        acquiring
+    }
+
+    /// Makes the place in line (once), for a call that may wait.
+    fn place(&mut self) {
+        if let Some((line, seq)) = self.line.take() {
+            self.place = Some(Place::new(&self.redlock.inner, line, seq));
         }
     }
 
@@ -261,6 +279,7 @@ impl<'a> Acquiring<'a> {
             _ => None,
         };
         let contended = matches!(failure, Failure::Contended(_) | Failure::Queued(..));
+        self.place();
         if let Some(p) = self.place.as_mut() {
             p.failed(contended, self.joining);
         }
@@ -380,19 +399,15 @@ struct Place {
 }
 
 impl Place {
-    fn new(inner: &Arc<Inner>, line: WaitLine) -> Place {
+    fn new(inner: &Arc<Inner>, line: WaitLine, seq: u64) -> Place {
         Place {
-            member: inner.line.member(Some(line.gate)),
+            member: inner.line.member(Some(line.gate), seq),
             inner: inner.clone(),
             line,
             joined: false,
             gated: Default::default(),
             handoff: Default::default(),
         }
-    }
-
-    fn is_hot(&self) -> bool {
-        self.inner.line.is_hot(&self.line.hot)
     }
 
     /// The next attempt's turn; forgets a wake-up that came during the previous attempt.
