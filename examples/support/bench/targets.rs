@@ -103,7 +103,15 @@ impl Floor {
         for _ in 0..quorum {
             match sets.next().await {
                 Some(Ok(Value::String(s))) if s == "OK" => {}
-                other => panic!("floor: SET {key} NX: expected OK, got {other:?}"),
+                other => {
+                    let mut seen = Vec::new();
+                    for c in &self.clients {
+                        let v: Option<String> = c.get(key).await.ok().flatten();
+                        let t: i64 = c.pttl(key).await.unwrap_or(-9);
+                        seen.push(format!("{v:?} pttl {t}"));
+                    }
+                    panic!("floor: SET {key} NX: expected OK, got {other:?}; token {token}; nodes {seen:?}")
+                }
             }
         }
         drop(sets);
