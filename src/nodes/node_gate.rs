@@ -176,7 +176,14 @@ impl Node {
         timeout: Duration,
     ) -> Result<Value, NodeError> {
         let code = match batch.gate_free(held, wake, timeout).await {
-            Ok(Value::Integer(code)) => code,
+            Ok(Value::Integer(code @ 0..=3)) => code,
+            Ok(Value::Integer(n)) => {
+                return Err(NodeError {
+                    node: self.name.clone(),
+                    kind: crate::base::error::NodeErrorKind::UnexpectedReply,
+                    message: format!("the batched release on the gate answered {n}, not 0 to 3"),
+                })
+            }
             // Sent alone: the whole script's reply (or an error).
             other => return other,
         };
