@@ -29,7 +29,7 @@ CARGO="${CARGO:-cargo}"
 # command's tests (cli, newcomer, handoff, elect: 1 minute; add them with TESTS), the property,
 # input and layout tests, and tests without waits (owner, errors, mutex, duplicates, many_locks).
 DEFAULT_TESTS="lease hold_at_least lua_free lifecycle faults keepalive keepalive_batch
-  keepalive_budget wake handover line_handover election leader observe fencing batch
+  keepalive_budget wake handover line_handover line_order election leader observe fencing batch
   line_restart semaphore rwlock metrics credentials quorum cluster_nodes heal fencing_restart
   node_status"
 TESTS="${TESTS:-$DEFAULT_TESTS}"

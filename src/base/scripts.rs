@@ -323,7 +323,8 @@ return {0, 1}
 /// when a key is free (whoever deleted it: an expired or broken holder's key counts too); a
 /// clean-up (`q`) wakes it only when it deleted a key (someone may have been refused by it);
 /// for a waiter's failed attempt, put the waiter back at the FRONT of the line (its turn is not
-/// lost to a barging client). Used on a cluster node and for the put-back; a single server's
+/// lost to a barging client), but only a waiter that held a place here (its lease key lives):
+/// one whose attempts never reached the gate joins at the back at its next attempt. Used on a cluster node and for the put-back; a single server's
 /// `w` and `q` go through GATE_FREE.
 /// KEYS[1..n]: the lock keys; KEYS[n+1]: their line. ARGV[1]: value; ARGV[2]: `w` (wake), `q`
 /// (clean-up) or the member to put back; ARGV[3]: the lease in ms; ARGV[4]: channel prefix;
@@ -355,7 +356,8 @@ if mode == 'w' or mode == 'q' then
       return {deleted, h}
     end
   end
-else
+elseif redis.call('EXISTS', line .. '|' .. mode) == 1 then
+  -- Only a waiter that held a place here (its lease lives on after its grant took it out).
   join(line, mode, ARGV[3], true)
 end
 return {deleted, ''}
