@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::lines::{line_key, line_members, Probe};
 use common::*;
-use fredlock::Retry;
+use fredlock::{AcquireOptions, Error, Retry};
 use fredlock_testkit::{Fault, LocalNodes};
 
 const TTL: Duration = Duration::from_secs(30);
@@ -80,4 +80,87 @@ async fn a_clean_up_puts_back_only_a_waiter_that_held_a_place() {
     );
     task.abort();
     waiter.close().await;
+}
+
+/// Puts a waiter of another process at the head of `resource`'s line (a live lease), as a
+/// refused waiter's attempt would; returns its member.
+async fn head_of_another_process(
+    nodes: &LocalNodes,
+    redlock: &fredlock::Redlock,
+    r: &str,
+) -> String {
+    let (gate, line) = (redlock.line_node(r).unwrap(), line_key(redlock, r));
+    let other = format!("{:08x}:1", rand::random::<u32>());
+    let lease = format!("{line}|{other}");
+    for args in [
+        vec!["ZADD", line.as_str(), "0", other.as_str()],
+        vec!["PEXPIRE", line.as_str(), "60000"],
+        vec!["SET", lease.as_str(), "1", "PX", "60000"],
+    ] {
+        nodes.command(gate, &args).await.unwrap();
+    }
+    other
+}
+
+/// The order `docs/algorithm.md` promises, and where it stops: a newcomer's first attempt is not
+/// in line and may take a key that is free at that instant, ahead of the line's head (here a
+/// head of another process that has not attempted yet); a process that saw the key contended in
+/// the last 2 s sends its first attempt through the line, and waits behind that head.
+#[tokio::test]
+async fn only_a_process_that_saw_contention_lines_up_at_its_first_attempt() {
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let probe = Probe::default();
+    let _guard = probe.install();
+    let r = unique("first-attempt");
+    let (seen, fresh) = (
+        build(nodes.urls(), |b| b).await,
+        build(nodes.urls(), |b| b).await,
+    );
+    let key = seen.key(&r);
+    let briefly = AcquireOptions::new().wait(Duration::from_millis(300));
+    // `seen` meets the key held by someone else, and gives up.
+    for i in 0..3 {
+        nodes
+            .command(i, &["SET", &key, "someone-else", "PX", "60000"])
+            .await
+            .unwrap();
+    }
+    let refused = seen.acquire_using(r.as_str(), TTL, &briefly).await;
+    assert!(
+        matches!(refused, Err(Error::Contended { .. })),
+        "held by someone else: {refused:?}"
+    );
+    let before = probe.counts();
+    // The key is free now, and another process's waiter heads the line (its wake-up on its way).
+    for i in 0..3 {
+        nodes.command(i, &["DEL", &key]).await.unwrap();
+    }
+    let other = head_of_another_process(&nodes, &seen, &r).await;
+    let behind = seen.acquire_using(r.as_str(), TTL, &briefly).await;
+    assert!(
+        behind.is_err(),
+        "a process that saw the key contended went ahead of the line's head: {behind:?}; \
+         events before: {before:?}, after: {:?}, line: {:?}",
+        probe.counts(),
+        line_members(&nodes, &seen, &r).await
+    );
+    assert!(
+        freed_within(&seen, &key, Duration::from_secs(5)).await,
+        "its attempts' values were left on the nodes: {:?}",
+        values(&seen, &key).await
+    );
+    let members = line_members(&nodes, &seen, &r).await;
+    assert_eq!(
+        members.first(),
+        Some(&other),
+        "the head kept its place: {members:?}"
+    );
+    // A newcomer's first attempt is not in line: the free key is its.
+    let lock = fresh
+        .acquire_using(r.as_str(), TTL, &briefly)
+        .await
+        .expect("a newcomer's first attempt takes a free key");
+    lock.release().await.unwrap();
+    seen.close().await;
+    fresh.close().await;
 }
