@@ -471,3 +471,57 @@ async fn a_window_longer_than_the_churn_keeps_the_lock_in_the_process() {
         "served although the window outlasted the churn"
     );
 }
+
+/// Waiters of one Redlock queue in the process: 8 tasks cycling on one key (acquire, a 1 ms
+/// hold, release) run the gate's scripts a fraction of a time per acquisition, not a line round
+/// trip each (a refused attempt that joins the line, then the leave): a waiter that finds
+/// another of its Redlock with a place in the line waits behind it in the process, sending
+/// nothing, and is handed the lock from there. Never two holders at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_one_redlock_queue_in_the_process() {
+    const TASKS: usize = 8;
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let redlock = build(nodes.urls(), |b| b.retry(SLOW)).await;
+    let r = unique("in-process");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let cycle = |rounds: usize| {
+        let mut tasks = Vec::new();
+        for _ in 0..TASKS {
+            let (redlock, r, inside) = (redlock.clone(), r.clone(), inside.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let lock = redlock.acquire(r.as_str(), TTL).await.unwrap();
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    lock.release().await.unwrap();
+                }
+            }));
+        }
+        async move {
+            for t in tasks {
+                t.await.unwrap();
+            }
+        }
+    };
+    // Warm-up: connections, scripts, the key marked contended.
+    cycle(5).await;
+    for i in 0..3 {
+        nodes.command(i, &["CONFIG", "RESETSTAT"]).await.unwrap();
+    }
+    const ROUNDS: usize = 40;
+    cycle(ROUNDS).await;
+    let scripts = (0..3).map(|i| script_calls(&nodes, i));
+    let scripts: u64 = futures::future::join_all(scripts).await.into_iter().sum();
+    let per = scripts as f64 / (TASKS * ROUNDS) as f64;
+    // Measured: about 0.5 (a waiter joining the line and leaving it once per turn of the
+    // eight, a PASS round per hand-over window); 2.1 with every waiter in the line.
+    assert!(
+        per < 1.0,
+        "{scripts} scripts for {} acquisitions",
+        TASKS * ROUNDS
+    );
+    let key = redlock.key(&r);
+    assert!(freed_within(&redlock, &key, SOON).await);
+    redlock.close().await;
+}

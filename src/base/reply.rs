@@ -28,8 +28,14 @@ pub(crate) struct Queue {
     /// -1 = not in it (the acquire does not wait).
     pub(crate) rank: i64,
     /// For the head, the lock key's PTTL on the gate in ms (-1: a key without expiry); below
-    /// -1 otherwise (not read).
+    /// -1 otherwise (not read; [`Queue::IN_PROCESS`]: not asked at all).
     pub(crate) pttl: i64,
+}
+
+impl Queue {
+    /// Queued behind a waiter of the same `Redlock` without asking any node (see
+    /// `handover`): second in line as far as the waiter's timer goes, and not in the gate's line.
+    pub(crate) const IN_PROCESS: Queue = Queue { rank: 1, pttl: -4 };
 }
 
 impl Acquired {

@@ -279,9 +279,10 @@ impl<'a> Acquiring<'a> {
             _ => None,
         };
         let contended = matches!(failure, Failure::Contended(_) | Failure::Queued(..));
+        let in_process = queue == Some(Queue::IN_PROCESS);
         self.place();
         if let Some(p) = self.place.as_mut() {
-            p.failed(contended, self.joining);
+            p.failed(contended, self.joining, in_process);
         }
         let pause = self.retry.delay + random_up_to(self.retry.jitter);
         let now = Instant::now();
@@ -392,6 +393,8 @@ struct Place {
     line: WaitLine,
     member: Member,
     joined: bool,
+    /// `joined` before the current attempt.
+    joined_before: bool,
     /// The last attempt's gate granted.
     gated: Arc<std::sync::atomic::AtomicBool>,
     /// Offers for a hand-over inside the process, and a grant handed over.
@@ -405,6 +408,7 @@ impl Place {
             inner: inner.clone(),
             line,
             joined: false,
+            joined_before: false,
             gated: Default::default(),
             handoff: Default::default(),
         }
@@ -413,6 +417,8 @@ impl Place {
     /// The next attempt's turn; forgets a wake-up that came during the previous attempt.
     fn turn(&mut self, probe: bool, joining: bool) -> Turn {
         self.member.clear();
+        let in_line = self.joined;
+        self.joined_before = in_line;
         // From now on the gate may put us in line: a call dropped mid-attempt leaves it.
         self.joined |= joining;
         Turn {
@@ -420,15 +426,20 @@ impl Place {
             probe,
             gated: self.gated.clone(),
             handoff: Some(self.handoff.clone()),
+            in_line,
         }
     }
 
     /// An attempt failed (`contended`: a holder or a line was in the way; `joining`: it
-    /// carried the member).
-    fn failed(&mut self, contended: bool, joining: bool) {
+    /// carried the member; `in_process`: it sent nothing, queued behind a waiter of this
+    /// `Redlock`).
+    fn failed(&mut self, contended: bool, joining: bool, in_process: bool) {
         // Any failed attempt with the member may have left us in line (refused, or put back at
-        // the front).
-        self.joined |= joining;
+        // the front); one queued in the process did not.
+        match in_process {
+            true => self.joined = self.joined_before,
+            false => self.joined |= joining,
+        }
         if contended {
             self.inner.line.mark_hot(&self.line.hot);
             if let Some(wake) = &self.inner.wake {

@@ -37,6 +37,9 @@ pub(crate) struct Turn {
     /// A waiter's hand-over inside the process (see `handover`): a refused attempt offers its
     /// next value there; a grant handed over is taken by the next attempt.
     pub(crate) handoff: Option<Arc<Handoff<Grant>>>,
+    /// An earlier attempt carried the member: the gate may have the waiter in line, and it
+    /// keeps that place (it never queues in the process instead).
+    pub(crate) in_line: bool,
 }
 
 /// Why one attempt did not produce a lock.
@@ -99,6 +102,9 @@ impl Redlock {
             turn.gated.store(true, std::sync::atomic::Ordering::Relaxed);
             return Ok(grant);
         }
+        if let Some(failure) = self.inner.queue_in_process(req, turn) {
+            return Err(failure);
+        }
         let held = self.inner.held_for(req, turn);
         // Armed until the outcome is settled: if this future is dropped, release everywhere.
         let mut guard = CleanupGuard {
@@ -145,7 +151,7 @@ impl Redlock {
         // In line, told its place: a release of this Redlock may hand the lock over.
         if let (Failure::Queued(_, q), Some(handoff)) = (&failure, &turn.handoff) {
             if q.rank >= 0 {
-                handoff.offered(self.inner.offer(req, turn));
+                handoff.offered(self.inner.offer(req, turn, true));
             }
         }
         Err(failure)
@@ -156,7 +162,12 @@ impl Inner {
     /// The offer a waiter refused with its place in line makes for its next attempt; `None` when
     /// the request cannot be handed over (several keys, fencing, a caller's token, a node that
     /// cannot run `PASS`).
-    pub(crate) fn offer(self: &Arc<Self>, req: &Request, turn: &Turn) -> Option<Ticket<Grant>> {
+    pub(crate) fn offer(
+        self: &Arc<Self>,
+        req: &Request,
+        turn: &Turn,
+        lined: bool,
+    ) -> Option<Ticket<Grant>> {
         let member = turn.member.clone()?;
         let [key] = req.keys.as_slice() else {
             return None;
@@ -175,6 +186,7 @@ impl Inner {
             ttl: req.ttl,
             validity: req.validity,
             as_is: !req.keeps_minimum,
+            lined,
         };
         let (inner, ttl) = (self.clone(), req.ttl);
         let orphan = Box::new(move |grant: Grant| {
@@ -182,6 +194,25 @@ impl Inner {
             background::spawn_release(inner, grant.held, ttl, why);
         });
         Some(Ticket::offer(&self.handovers, key, seq, offer, orphan))
+    }
+
+    /// A waiter about to ask the gate for a place, while another waiter of this `Redlock` has
+    /// one (an open offer from the line, see `Handovers::lined`): it offers too and waits in
+    /// the process, sending nothing. The lock reaches the process through that waiter's place
+    /// and then passes between the process's waiters (as it is, or by `PASS`, which the gate
+    /// grants such a waiter only while no other process waits in the line). `None`: attempt.
+    fn queue_in_process(self: &Arc<Self>, req: &Request, turn: &Turn) -> Option<Failure> {
+        let handoff = turn.handoff.as_ref()?;
+        let [key] = req.keys.as_slice() else {
+            return None;
+        };
+        if !turn.probe || turn.in_line || !self.handovers.lined(key) {
+            return None;
+        }
+        let ticket = self.offer(req, turn, false)?;
+        handoff.offered(Some(ticket));
+        let votes = Votes(vec![Vote::Refused; self.nodes.len()]);
+        Some(Failure::Queued(votes, Queue::IN_PROCESS))
     }
 
     /// The keys and value one attempt of `req` sets (a fresh token unless the caller gave one),

@@ -14,6 +14,13 @@
 //! round's start; otherwise its value is cleaned up, like a failed attempt's, and it attempts
 //! as usual.
 //!
+//! A waiter about to ask the gate for a place while another waiter of the same `Redlock` has
+//! one ([`Handovers::lined`]) offers without asking anything: it is *queued in the process*
+//! (`Offer::lined` false). The lock reaches the process through the lined waiter's place in the
+//! line, then passes between the process's waiters; beyond a window, `GATE_PASS` grants such
+//! a waiter only while no member of another process is in the line at all (it is behind every
+//! member), and when refused there it attempts at once and joins the line at its back.
+//!
 //! Owns: offers and their state, generic over the grant they end with ([`Ticket`], the
 //! waiter's side; [`Cell::finish`], the releaser's). Must not: send anything (the round is
 //! `handover_rounds`' `hand_over`, the offer is made by `attempt`), decide when a waiter attempts
@@ -38,6 +45,9 @@ pub(crate) struct Offer {
     /// The waiter may take the holder's lock as it is (see `handover_rounds`): not when it
     /// holds for a minimum, which would be counted from the hand-over.
     pub(crate) as_is: bool,
+    /// The waiter is in the key's line on its gate (refused there); `false`: queued behind a
+    /// waiter of this `Redlock` that is, without a place of its own (see [`Handovers::lined`]).
+    pub(crate) lined: bool,
 }
 
 /// Where an offer stands; `G` is the grant a hand-over ends with.
@@ -123,6 +133,21 @@ impl<G> Handovers<G> {
         if by_seq.is_empty() {
             offers.remove(key);
         }
+    }
+
+    /// Whether a waiter of this `Redlock` with a place in `key`'s line has an open offer: a
+    /// newcomer may then wait behind it in the process, sending nothing (the lock comes to
+    /// the process through that waiter's place, then passes between its waiters).
+    pub(crate) fn lined(&self, key: &str) -> bool {
+        if !self.any() {
+            return false;
+        }
+        let offers = self.lock();
+        offers.get(key).is_some_and(|by_seq| {
+            by_seq
+                .values()
+                .any(|cell| matches!(&*cell.lock(), State::Open(o) if o.lined))
+        })
     }
 
     /// The oldest open offer for `key`, marked taken.

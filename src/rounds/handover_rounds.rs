@@ -101,7 +101,8 @@ impl Inner {
     /// Hands the lock to `offer`'s waiter as it is: its keys and token stay on the nodes, the
     /// waiter's lock has the holder's deadline, and nothing is sent but the waiter's leave from
     /// the line (handed to the gate's connection before the waiter can run, so it lands before
-    /// anything the waiter sends there). `None` when the waiter left meanwhile: the holder
+    /// anything the waiter sends there; nothing for a waiter that was not in the gate's line).
+    /// `None` when the waiter left meanwhile: the holder
     /// still holds, and releases as usual.
     fn pass_as_is(
         self: &Arc<Self>,
@@ -126,8 +127,11 @@ impl Inner {
             fencing: None,
             handed: Some(tenure.keys_set_at),
         };
-        // Before the grant is delivered: the waiter's leave is the first of its commands.
-        self.leave_now(line, &held.keys, &offer.member);
+        // Before the grant is delivered: the waiter's leave is the first of its commands (none
+        // for a waiter queued in the process, which has no place on the gate).
+        if offer.lined {
+            self.leave_now(line, &held.keys, &offer.member);
+        }
         if cell.finish(Some(grant)).is_some() {
             return None;
         }
@@ -255,8 +259,9 @@ impl Inner {
                 }
                 taking.finish(None);
                 // Passed on the gate (its clean-up puts the waiter back at the front): its turn
-                // now. Refused there (another process's waiter is ahead): it waits on.
-                if theirs.0.get(gate) == Some(&Vote::Granted) {
+                // now. Refused there (another process's waiter is ahead): it waits on in its
+                // place, or, queued in the process (no place), attempts now and joins the line.
+                if theirs.0.get(gate) == Some(&Vote::Granted) || !offer.lined {
                     self.line.woke(&offer.member);
                 }
                 // Our key on the gate, kept: the ordinary release, which wakes the line's head.
