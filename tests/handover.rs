@@ -525,3 +525,46 @@ async fn waiters_of_one_redlock_queue_in_the_process() {
     assert!(freed_within(&redlock, &key, SOON).await);
     redlock.close().await;
 }
+
+/// A waiter queued in the process behind the one with the place is not stranded when that one
+/// gives up: it asks the gate itself, joins the line, and is woken by the holder's release (here
+/// a holder of another `Redlock`, standing in for another process).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_queued_in_the_process_outlives_the_one_with_the_place() {
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let (holder, ours) = (
+        build(nodes.urls(), |b| b).await,
+        build(nodes.urls(), |b| b.retry(SLOW)).await,
+    );
+    let r = unique("stranded");
+    let held = holder.acquire(r.as_str(), TTL).await.unwrap();
+    let briefly = fredlock::AcquireOptions::new().wait(Duration::from_millis(800));
+    let first = tokio::spawn({
+        let (ours, r) = (ours.clone(), r.clone());
+        async move { ours.acquire_using(r.as_str(), TTL, &briefly).await }
+    });
+    assert!(
+        line_has(&nodes, &ours, &r, 1).await,
+        "the first waiter has a place"
+    );
+    let second = tokio::spawn({
+        let (ours, r) = (ours.clone(), r.clone());
+        async move { ours.acquire(r.as_str(), TTL).await }
+    });
+    let gave_up = first.await.unwrap();
+    assert!(gave_up.is_err(), "the first waiter gives up: {gave_up:?}");
+    assert!(
+        line_has(&nodes, &ours, &r, 1).await,
+        "the second waiter took a place of its own: {:?}",
+        line_members(&nodes, &ours, &r).await
+    );
+    held.release().await.unwrap();
+    let lock = tokio::time::timeout(SOON, second)
+        .await
+        .expect("woken by the release")
+        .unwrap()
+        .unwrap();
+    lock.release().await.unwrap();
+    holder.close().await;
+    ours.close().await;
+}

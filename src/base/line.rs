@@ -158,7 +158,7 @@ impl Line {
             .next()
             .and_then(|s| s.parse::<u64>().ok());
         if let Some(seq) = seq {
-            self.wake_seq(seq);
+            self.wake_seq(seq, true);
         }
     }
 
@@ -166,12 +166,22 @@ impl Line {
     /// the message's trip through the subscriber (which then finds it gone, or wakes it again:
     /// one spare probe of the gate).
     pub(crate) fn woke(&self, member: &str) {
+        self.wake_ours(member, true);
+    }
+
+    /// Wakes `member`, when it is one of ours, to look at its gate first (not as the head):
+    /// a waiter queued in the process whose hand-over the gate refused joins the line now.
+    pub(crate) fn nudge(&self, member: &str) {
+        self.wake_ours(member, false);
+    }
+
+    fn wake_ours(&self, member: &str, turn: bool) {
         let Some((instance, seq)) = member.split_once(':') else {
             return;
         };
         if instance == self.instance {
             if let Ok(seq) = seq.parse::<u64>() {
-                self.wake_seq(seq);
+                self.wake_seq(seq, turn);
             }
         }
     }
@@ -190,10 +200,12 @@ impl Line {
                 .is_ok_and(|seq| self.lock().waiters.contains_key(&seq))
     }
 
-    fn wake_seq(&self, seq: u64) {
+    fn wake_seq(&self, seq: u64, turn: bool) {
         let slot = self.lock().waiters.get(&seq).cloned();
         if let Some(s) = slot {
-            s.turn.store(true, std::sync::atomic::Ordering::Release);
+            if turn {
+                s.turn.store(true, std::sync::atomic::Ordering::Release);
+            }
             s.notify.notify_one();
         }
     }

@@ -248,6 +248,7 @@ impl<'a> Acquiring<'a> {
             .unwrap_or_default();
         let value = attempt(turn).await?;
         if let Some(p) = self.place.as_mut() {
+            p.granted = true;
             // Granted by the gate: it took us out of its line with the grant.
             // Granted without its answer: we may be in line there; leave (in the
             // background).
@@ -395,6 +396,8 @@ struct Place {
     joined: bool,
     /// `joined` before the current attempt.
     joined_before: bool,
+    /// The acquire got its lock.
+    granted: bool,
     /// The last attempt's gate granted.
     gated: Arc<std::sync::atomic::AtomicBool>,
     /// Offers for a hand-over inside the process, and a grant handed over.
@@ -409,6 +412,7 @@ impl Place {
             line,
             joined: false,
             joined_before: false,
+            granted: false,
             gated: Default::default(),
             handoff: Default::default(),
         }
@@ -468,6 +472,15 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
+        // Leaving without the lock: a waiter of this Redlock queued in the process behind
+        // this one, with nobody of this Redlock left in line to bring it the lock, asks the
+        // gate now rather than at its next timer.
+        if !self.granted {
+            self.handoff.withdraw();
+            if let Some(member) = self.inner.handovers.stranded(&self.line.hot) {
+                self.inner.line.nudge(&member);
+            }
+        }
         if self.joined {
             self.inner.leave_line(
                 self.line.gate,

@@ -150,6 +150,25 @@ impl<G> Handovers<G> {
         })
     }
 
+    /// The member of the oldest open offer for `key` queued in the process, when no open offer
+    /// for `key` comes from the line (nobody of this `Redlock` left there to bring it the lock).
+    pub(crate) fn stranded(&self, key: &str) -> Option<Arc<str>> {
+        if !self.any() {
+            return None;
+        }
+        let offers = self.lock();
+        let mut first = None;
+        for cell in offers.get(key)?.values() {
+            if let State::Open(o) = &*cell.lock() {
+                if o.lined {
+                    return None;
+                }
+                first = first.or_else(|| Some(o.member.clone()));
+            }
+        }
+        first
+    }
+
     /// The oldest open offer for `key`, marked taken.
     pub(crate) fn take(&self, key: &str) -> Option<(Arc<Cell<G>>, Offer)> {
         if !self.any() {
@@ -300,6 +319,12 @@ impl<G> Handoff<G> {
         };
         *self.handed.lock().unwrap_or_else(|p| p.into_inner()) = Some(grant);
         true
+    }
+
+    /// Withdraws the last offer now (the waiter is leaving), as dropping it would.
+    pub(crate) fn withdraw(&self) {
+        let ticket = self.ticket.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(ticket);
     }
 
     /// The grant handed over, if any (taken once).

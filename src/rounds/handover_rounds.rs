@@ -260,9 +260,12 @@ impl Inner {
                 taking.finish(None);
                 // Passed on the gate (its clean-up puts the waiter back at the front): its turn
                 // now. Refused there (another process's waiter is ahead): it waits on in its
-                // place, or, queued in the process (no place), attempts now and joins the line.
-                if theirs.0.get(gate) == Some(&Vote::Granted) || !offer.lined {
+                // place, or, queued in the process (no place), asks the gate now, which puts
+                // it in line.
+                if theirs.0.get(gate) == Some(&Vote::Granted) {
                     self.line.woke(&offer.member);
+                } else if !offer.lined {
+                    self.line.nudge(&offer.member);
                 }
                 // Our key on the gate, kept: the ordinary release, which wakes the line's head.
                 if kept {
