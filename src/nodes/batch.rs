@@ -308,7 +308,7 @@ pub(super) fn lock(m: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
 pub(super) async fn send_one(
     client: &Client,
     state: &Arc<State>,
-    held: &Held,
+    held: &Arc<Held>,
     kind: Kind,
     timeout: Duration,
 ) -> Result<Value, NodeError> {
@@ -329,7 +329,7 @@ pub(super) async fn send_one(
             Box::pin(set).await.map_err(|e| state.error(&e))
         }
         Kind::GateFree { wake } => match held.line.as_ref() {
-            Some(line) => gate_free(client, state, held, line, wake, timeout).await,
+            Some(_) => gate_free(client, state, held, wake, timeout).await,
             None => Box::pin(send_one(client, state, held, Kind::Release, timeout)).await,
         },
         Kind::Release => {
@@ -343,7 +343,7 @@ pub(super) async fn send_one(
                         kind: NodeErrorKind::Permission,
                         message,
                     }),
-                    None => release_script(client, state, held, key, timeout).await,
+                    None => release_script(client, state, held, timeout).await,
                 },
             }
         }
@@ -363,38 +363,44 @@ pub(super) async fn send_one(
 async fn release_script(
     client: &Client,
     state: &Arc<State>,
-    held: &Held,
-    key: &str,
+    held: &Arc<Held>,
     timeout: Duration,
 ) -> Result<Value, NodeError> {
     let script = &Scripts::get().release;
-    let args = |first: &str| {
+    let args = |first: &'static str, held: &Held| {
         vec![
-            Value::from(first),
+            fixed(first),
             Value::Integer(1),
-            Value::from(key),
+            Value::from(held.keys.first().map_or("", String::as_str)),
             Value::from(held.value.as_str()),
         ]
     };
     if held.custom || !state.caps.is_cached(Cached::Release) {
         let cmd = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
         let with = client.with_options(&options(timeout));
-        let call = with.custom::<Value, Value>(cmd, args(script.body));
+        let call = with.custom::<Value, Value>(cmd, args(script.body, held));
         let reply = Box::pin(call).await.map_err(|e| state.error(&e));
         if reply.is_ok() {
             state.caps.set_cached(Cached::Release, true);
         }
         return reply;
     }
+    let again = held.clone();
+    let body = move || args(script.body, &again);
     by_sha(
         client,
         state,
         Cached::Release,
-        args(&script.sha),
-        args(script.body),
+        args(&script.sha, held),
+        body,
         timeout,
     )
     .await
+}
+
+/// A `'static` string as a command argument, not copied (a script's body or SHA1).
+fn fixed(s: &'static str) -> Value {
+    Value::String(fred::bytes_utils::Str::from_static(s))
 }
 
 /// `GATE_FREE` for `held`'s one key on its gate, whole (with its wake-up), by EVALSHA: sent here
@@ -403,41 +409,44 @@ async fn release_script(
 async fn gate_free(
     client: &Client,
     state: &Arc<State>,
-    held: &Held,
-    line: &LineRef,
+    held: &Arc<Held>,
     wake: bool,
     timeout: Duration,
 ) -> Result<Value, NodeError> {
-    let Some(key) = held.keys.first() else {
-        return Ok(Value::Array(vec![Value::Integer(0), Value::from("")]));
-    };
     let script = &Scripts::get().gate_free;
-    let flag = format!("{}!", line.key);
-    let args = |first: &str| {
+    // The short id of this release, sent with the wake-up (the same in a resend by EVAL).
+    let id = rand::random::<u32>();
+    let args = move |first: &'static str, held: &Held| {
+        let (Some(key), Some(line)) = (held.keys.first(), held.line.as_ref()) else {
+            return Vec::new();
+        };
         vec![
-            Value::from(first),
+            fixed(first),
             Value::Integer(3),
             Value::from(key.as_str()),
-            Value::from(flag.as_str()),
+            Value::from(format!("{}!", line.key)),
             Value::from(line.key.as_str()),
             Value::from(held.value.as_str()),
             Value::from(line.local.prefix()),
-            Value::from(format!("{:08x}", rand::random::<u32>())),
-            Value::from(if wake { "w" } else { "q" }),
+            Value::from(format!("{id:08x}")),
+            fixed(if wake { "w" } else { "q" }),
         ]
     };
+    let again = held.clone();
+    let body = move || args(script.body, &again);
     let reply = by_sha(
         client,
         state,
         Cached::GateFree,
-        args(&script.sha),
-        args(script.body),
+        args(&script.sha, held),
+        body,
         timeout,
     );
     crate::nodes::native::scripted(state, reply.await)
 }
 
-/// A script by EVALSHA (`sha`), and on `NOSCRIPT` (someone flushed the cache) by EVAL (`body`) at
+/// A script by EVALSHA (`sha`: its arguments), and on `NOSCRIPT` (someone flushed the cache) by
+/// EVAL (`body` makes those arguments, built only then: the common case copies no script) at
 /// once, which then lands after whatever this process sent the node meanwhile: only for a
 /// release, which deletes nothing but its own fresh token. A caller that stops waiting after the
 /// EVALSHA was handed to fred leaves the rest to a task (see [`Finish`]).
@@ -446,7 +455,7 @@ async fn by_sha(
     state: &Arc<State>,
     cached: Cached,
     sha: Vec<Value>,
-    body: Vec<Value>,
+    body: impl FnOnce() -> Vec<Value> + Send + 'static,
     timeout: Duration,
 ) -> Result<Value, NodeError> {
     let (client, state) = (client.clone(), state.clone());
@@ -458,7 +467,7 @@ async fn by_sha(
                 tracing::debug!(node = %state.name, "NOSCRIPT: resending the release with EVAL");
                 state.caps.set_cached(cached, false);
                 let cmd = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
-                let call = with.custom::<Value, Value>(cmd, body);
+                let call = with.custom::<Value, Value>(cmd, body());
                 Box::pin(call).await.map_err(|e| state.error(&e))
             }
             other => other.map_err(|e| state.error(&e)),
