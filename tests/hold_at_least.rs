@@ -87,6 +87,56 @@ async fn a_release_after_the_minimum_deletes_at_once() {
     assert!(freed_within(&env.redlock, &key, 5 * SECOND).await);
 }
 
+/// An extension to a shorter TTL than the rest of the minimum does not undercut it: it is raised
+/// to the rest of the minimum, so an early release after it still leaves the keys until the
+/// minimum ends, on every node. (Before: the keys were left with the extension's 200 ms.)
+#[tokio::test]
+async fn an_extension_never_undercuts_the_minimum() {
+    let env = env(3).await;
+    let (r, key) = resource(&env.redlock, "hold-extend");
+    let options = AcquireOptions::new().hold_at_least(10 * SECOND);
+    let mut lock = env
+        .redlock
+        .acquire_using(r.as_str(), 60 * SECOND, &options)
+        .await
+        .expect("acquire");
+    let acquired_at = lock.acquired_at();
+    lock.extend(Duration::from_millis(200))
+        .await
+        .expect("extend");
+    // Raised to the rest of the minimum (generous margin for a busy machine), not 200 ms.
+    assert!(
+        lock.ttl() > 2 * SECOND,
+        "TTL after the extension: {:?}",
+        lock.ttl()
+    );
+    let report = lock.release().await.expect("release");
+    let left = report.left_to_expire.expect("left to expire, not deleted");
+    assert!(left > 5 * SECOND && left <= 10 * SECOND, "{left:?}");
+    // Every node holds the key for the rest of the minimum (the last node's extension and
+    // shortening may land after the quorum's: waited for).
+    for i in 0..3 {
+        let kept = eventually(3 * SECOND, || async {
+            let left = pttl(&env.redlock, i, &key).await;
+            left > 5_000 && left <= 10_000
+        })
+        .await;
+        let left = pttl(&env.redlock, i, &key).await;
+        assert!(kept, "node {i}: PTTL {left}");
+    }
+    let minimum_ends = acquired_at + 10 * SECOND;
+    let other = env
+        .redlock
+        .try_acquire(r.as_str(), PROBE_TTL)
+        .await
+        .expect("try");
+    // A grant answered before the minimum ended was written before it ended too.
+    assert!(
+        other.is_none() || Instant::now() >= minimum_ends,
+        "another holder got in before the minimum"
+    );
+}
+
 /// A minimum longer than the TTL could not be kept (the keys expire with the TTL): it is
 /// refused before anything is sent, rather than cut to the TTL or lengthening it; a minimum of
 /// exactly the TTL is kept; zero is no minimum.

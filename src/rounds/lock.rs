@@ -107,6 +107,16 @@ impl Lock {
         self.hold_at_least = at_least.filter(|d| !d.is_zero());
     }
 
+    /// The minimum hold left, rounded up to whole milliseconds, or `None` when it is over or
+    /// unset.
+    fn hold_left(&self) -> Option<Duration> {
+        let left = self
+            .hold_at_least?
+            .checked_sub(self.acquired_at.elapsed())?;
+        let ms = u64::try_from(left.as_nanos().div_ceil(1_000_000)).ok()?;
+        Some(Duration::from_millis(ms)).filter(|d| !d.is_zero())
+    }
+
     /// Milliseconds of the minimum hold left (at least 1), or `None` when it is over or unset.
     fn hold_left_ms(&self) -> Option<u64> {
         let left = self
@@ -116,8 +126,8 @@ impl Lock {
             return None;
         }
         // Rounded up: the keys must not expire before the minimum. Never more than the TTL
-        // (the minimum is at most the acquire's TTL, but an `extend` may have set a shorter one;
-        // the script never lengthens a key anyway).
+        // (the minimum is at most the acquire's TTL, and an `extend` never sets less than the
+        // rest of it; the script never lengthens a key anyway).
         let ms = left.min(self.ttl).as_nanos().div_ceil(1_000_000);
         Some(u64::try_from(ms).unwrap_or(u64::MAX).max(1))
     }
@@ -240,6 +250,10 @@ impl Lock {
     /// unknown (an error, a timeout, a dropped future) may have shortened the keys on some nodes,
     /// so the deadline drops to `now + ttl - drift` before anything is sent, whatever happens next.
     ///
+    /// With [`AcquireOptions::hold_at_least`], a `ttl` shorter than the rest of the minimum is
+    /// raised to it: the keys never expire before the minimum ends (a release before it leaves
+    /// them until then, as without an extension).
+    ///
     /// Cancellation: dropping the future leaves the deadline as described above; extensions
     /// already sent may still land on some nodes.
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
@@ -249,6 +263,12 @@ impl Lock {
     /// `patient`: per-node timeout up to half the validity left (keep-alive), instead of the
     /// configured node timeout.
     pub(crate) async fn extend_inner(&mut self, ttl: Duration, patient: bool) -> Result<()> {
+        // A minimum hold not over yet is kept: a shorter `ttl` is raised to the rest of it (a
+        // TTL the nodes cannot take is refused as it is).
+        let ttl = match self.hold_left() {
+            Some(left) if quorum::ttl_millis(ttl).is_ok() => ttl.max(left),
+            _ => ttl,
+        };
         let span = tracing::debug_span!("fredlock.extend", resources = ?self.held.resources, ttl_ms = ttl.as_millis() as u64);
         // The extension may land on some nodes whatever becomes of this call (an error, a
         // timeout, a dropped future). If `ttl` ends before the current deadline it may SHORTEN
@@ -432,7 +452,8 @@ impl AcquireOptions {
     /// nothing: the keys are left to expire at that time, their TTL shortened to it
     /// ([`ReleaseReport::left_to_expire`] says so). A release after it deletes the keys as
     /// usual. The handle reports the lock released at once either way, and other acquires are
-    /// refused until the keys expire. `Duration::ZERO`: no minimum.
+    /// refused until the keys expire. An [`extend`](Lock::extend) to a shorter TTL than the
+    /// rest of the minimum extends to the rest of the minimum. `Duration::ZERO`: no minimum.
     ///
     /// The minimum must not be longer than the TTL passed to the acquire: keys expire with
     /// their TTL, so such a minimum could not be kept, and the acquire fails at once with
