@@ -37,27 +37,8 @@ async fn an_early_release_keeps_others_out_until_the_minimum() {
     assert!(left > Duration::ZERO && left <= 3 * SECOND, "{left:?}");
     // Still held on every node, its TTL shortened to the minimum (from 60 s). The release
     // returns once a quorum shortened the keys; the last node's may land after it.
-    for i in 0..3 {
-        let shortened = eventually(3 * SECOND, || async {
-            let left = pttl(&env.redlock, i, &key).await;
-            left > 0 && left <= 3_000
-        })
-        .await;
-        let left = pttl(&env.redlock, i, &key).await;
-        assert!(shortened, "node {i}: PTTL {left}");
-    }
-    if Instant::now() < minimum_ends {
-        let other = env
-            .redlock
-            .try_acquire(r.as_str(), PROBE_TTL)
-            .await
-            .expect("try");
-        // A grant answered before the minimum ended was written before it ended too.
-        assert!(
-            other.is_none() || Instant::now() >= minimum_ends,
-            "another holder got in before the minimum"
-        );
-    }
+    kept_on_every_node(&env.redlock, &key, 0, 3_000).await;
+    refused_before(&env.redlock, &r, minimum_ends).await;
     // Gone once the minimum is over (generous margin for a busy machine).
     assert!(freed_within(&env.redlock, &key, 10 * SECOND).await);
     let after = env
@@ -115,21 +96,30 @@ async fn an_extension_never_undercuts_the_minimum() {
     assert!(left > 5 * SECOND && left <= 10 * SECOND, "{left:?}");
     // Every node holds the key for the rest of the minimum (the last node's extension and
     // shortening may land after the quorum's: waited for).
+    kept_on_every_node(&env.redlock, &key, 5_000, 10_000).await;
+    refused_before(&env.redlock, &r, acquired_at + 10 * SECOND).await;
+}
+
+/// Every node holds `key` with a PTTL in `(above, at_most]` ms, within 3 s: a release returns
+/// once a quorum answered, the last node's command may land after it.
+async fn kept_on_every_node(redlock: &fredlock::Redlock, key: &str, above: i64, at_most: i64) {
     for i in 0..3 {
         let kept = eventually(3 * SECOND, || async {
-            let left = pttl(&env.redlock, i, &key).await;
-            left > 5_000 && left <= 10_000
+            let left = pttl(redlock, i, key).await;
+            left > above && left <= at_most
         })
         .await;
-        let left = pttl(&env.redlock, i, &key).await;
+        let left = pttl(redlock, i, key).await;
         assert!(kept, "node {i}: PTTL {left}");
     }
-    let minimum_ends = acquired_at + 10 * SECOND;
-    let other = env
-        .redlock
-        .try_acquire(r.as_str(), PROBE_TTL)
-        .await
-        .expect("try");
+}
+
+/// Another acquire of `r` is refused while the minimum (ending at `minimum_ends`) lasts.
+async fn refused_before(redlock: &fredlock::Redlock, r: &str, minimum_ends: Instant) {
+    if Instant::now() >= minimum_ends {
+        return;
+    }
+    let other = redlock.try_acquire(r, PROBE_TTL).await.expect("try");
     // A grant answered before the minimum ended was written before it ended too.
     assert!(
         other.is_none() || Instant::now() >= minimum_ends,
