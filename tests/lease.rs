@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use fredlock::{Error, Lease, Lock, NotHeldReason, Redlock};
+use fredlock::{AcquireOptions, Error, Lease, Lock, NotHeldReason, Redlock};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -231,4 +231,46 @@ async fn a_lease_through_serde_is_its_text() {
     assert_eq!(back, lease);
     assert!(serde_json::from_str::<Lease>("\"fredlock-lease:1:x\"").is_err());
     env.redlock.release_lease(&back).await.expect("release");
+}
+
+/// A lock held for a minimum (`hold_at_least`) keeps it through a lease: released by the
+/// lease, or resumed (by another `Redlock`, as another process) and released, before the
+/// minimum, the keys stay on every node until it. (Before: the lease had no minimum, and both
+/// releases deleted the keys at once.)
+#[tokio::test]
+async fn a_lease_keeps_the_minimum_of_its_lock() {
+    let env = env(3).await;
+    let other = build(env.nodes.urls(), |b| b).await;
+    for resume in [false, true] {
+        let (r, key) = resource(&env.redlock, "lease-minimum");
+        let options = AcquireOptions::new().hold_at_least(10 * SECOND);
+        let lock = env
+            .redlock
+            .acquire_using(r.as_str(), 60 * SECOND, &options)
+            .await
+            .expect("acquire");
+        let text = lock.into_lease().to_string();
+        let lease: Lease = text.parse().expect("parse");
+        assert!(lease.minimum_ends().is_some(), "{lease:?}");
+        let report = match resume {
+            false => other.release_lease(&lease).await,
+            true => {
+                let lock = other.resume(lease).await.expect("resume");
+                assert!(lock.hold_at_least().is_some_and(|d| d > 5 * SECOND));
+                lock.release().await
+            }
+        }
+        .expect("release");
+        let left = report.left_to_expire.expect("left to expire, not deleted");
+        assert!(left > 5 * SECOND && left <= 10 * SECOND, "{left:?}");
+        for i in 0..3 {
+            let kept = eventually(3 * SECOND, || async {
+                let left = pttl(&env.redlock, i, &key).await;
+                left > 5_000 && left <= 10_000
+            })
+            .await;
+            let left = pttl(&env.redlock, i, &key).await;
+            assert!(kept, "resume {resume}, node {i}: PTTL {left}");
+        }
+    }
 }

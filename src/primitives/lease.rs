@@ -27,6 +27,8 @@ use crate::rounds::redlock::Redlock;
 /// What a lease's text starts with, then its format version.
 const MAGIC: &str = "fredlock-lease";
 const VERSION: &str = "1";
+/// The format version of a lease that carries a hold-at-least minimum (one more field).
+const VERSION_MIN: &str = "2";
 
 /// A held lock, handed from one process to another: the resources, the token, the fencing
 /// tokens, the TTL and the deadline as a wall-clock time.
@@ -62,6 +64,9 @@ pub struct Lease {
     /// Milliseconds since the Unix epoch.
     deadline_ms: u64,
     ttl: Duration,
+    /// When the lock's [`hold_at_least`](crate::AcquireOptions::hold_at_least) minimum ends,
+    /// milliseconds since the Unix epoch (`None`: no minimum, or it was over).
+    minimum_ms: Option<u64>,
 }
 
 impl fmt::Debug for Lease {
@@ -74,6 +79,7 @@ impl fmt::Debug for Lease {
             .field("fencing", &self.fencing)
             .field("deadline_unix_ms", &self.deadline_ms)
             .field("ttl", &self.ttl)
+            .field("minimum_unix_ms", &self.minimum_ms)
             .finish()
     }
 }
@@ -105,6 +111,22 @@ impl Lease {
     /// The TTL of the lock's last acquire or extend (what a resumed lock extends by default).
     pub fn ttl(&self) -> Duration {
         self.ttl
+    }
+
+    /// When the lock's [`hold_at_least`](crate::AcquireOptions::hold_at_least) minimum ends
+    /// (wall clock), if it was not over when the lease was made: a release before it, by
+    /// [`Redlock::release_lease`] or by the resumed lock, leaves the keys until then.
+    pub fn minimum_ends(&self) -> Option<SystemTime> {
+        self.minimum_ms
+            .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
+    }
+
+    /// The rest of the minimum, from now by the wall clock (`None`: over or none).
+    fn minimum_left(&self) -> Option<Duration> {
+        self.minimum_ends()?
+            .duration_since(SystemTime::now())
+            .ok()
+            .filter(|d| !d.is_zero())
     }
 
     /// The fencing token of the first resource (see [`Lock::fencing_token`]).
@@ -155,6 +177,8 @@ impl Lock {
         let now = SystemTime::now();
         let remaining = self.remaining();
         let ttl = self.ttl();
+        // Rounded up to whole milliseconds: the minimum can only come out late (kept longer).
+        let minimum = self.hold_left().and_then(|left| now.checked_add(left));
         let (held, fencing) = self.disarm();
         let deadline = now.checked_add(remaining).unwrap_or(now);
         Lease {
@@ -163,6 +187,7 @@ impl Lock {
             fencing,
             deadline_ms: unix_ms(deadline),
             ttl,
+            minimum_ms: minimum.map(|m| unix_ms(m).saturating_add(1)),
         }
     }
 }
@@ -263,6 +288,7 @@ impl Redlock {
         if Instant::now() >= deadline {
             return Err(expired(votes));
         }
+        let minimum_left = lease.minimum_left();
         let grant = Grant {
             held,
             t0,
@@ -270,13 +296,19 @@ impl Redlock {
             fencing: lease.fencing,
             handed: None,
         };
-        Ok(Lock::from_grant(self.clone(), grant, lease.ttl))
+        let mut lock = Lock::from_grant(self.clone(), grant, lease.ttl);
+        // The minimum counts from the lock's `acquired_at` (here `t0`).
+        lock.set_hold_at_least(minimum_left.map(|left| left + t0.elapsed()));
+        Ok(lock)
     }
 
     /// Releases the lock a [`Lease`] stands for, from any process: exactly
     /// [`Lock::release`] (only keys that still hold the lease's token are deleted), without
     /// resuming it first. The lease's deadline is not checked: a late release finds the token
     /// gone and says so.
+    ///
+    /// As for [`Lock::release`], before the lease's [`minimum_ends`](Lease::minimum_ends) this
+    /// deletes nothing: the keys are left to expire then.
     ///
     /// Errors: as [`Lock::release`]: [`Error::NotHeld`] (`TokenGone`) when a quorum no longer
     /// held the token, [`Error::Unavailable`] when too few nodes answered.
@@ -286,14 +318,24 @@ impl Redlock {
     pub async fn release_lease(&self, lease: &Lease) -> Result<ReleaseReport> {
         let held = lease.held(self)?;
         let started = Instant::now();
-        let votes = self
-            .inner
-            .release_or_hand_over(&held, lease.ttl, None)
-            .await;
+        // Rounded up to whole milliseconds, never more than the TTL (a shortening never
+        // lengthens a key anyway).
+        let left_ms = lease.minimum_left().map(|left| {
+            let ms = left.min(lease.ttl).as_nanos().div_ceil(1_000_000);
+            u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+        });
+        let votes = match left_ms {
+            Some(ms) => self.inner.shorten_all(&held, ms).await,
+            None => {
+                self.inner
+                    .release_or_hand_over(&held, lease.ttl, None)
+                    .await
+            }
+        };
         let report = ReleaseReport {
             votes: votes.clone(),
             elapsed: started.elapsed(),
-            left_to_expire: None,
+            left_to_expire: left_ms.map(Duration::from_millis),
         };
         match quorum::outcome(&votes.0) {
             Outcome::Reached => Ok(report),
@@ -312,6 +354,9 @@ fn unix_ms(t: SystemTime) -> u64 {
 impl fmt::Display for Lease {
     /// `fredlock-lease:1:DEADLINE_MS:TTL_MS:FENCING:VALUE:RESOURCES`: one line of shell-safe
     /// text (the value and the resource names in hex, fencing tokens comma-separated or `-`).
+    /// A lock held for a minimum ([`AcquireOptions::hold_at_least`](crate::AcquireOptions::hold_at_least))
+    /// not over yet gives version 2, with the minimum's end after the TTL:
+    /// `fredlock-lease:2:DEADLINE_MS:TTL_MS:MINIMUM_MS:FENCING:VALUE:RESOURCES`.
     /// This is the secret: print it only where the lock may go.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let fencing = match &self.fencing {
@@ -319,9 +364,13 @@ impl fmt::Display for Lease {
             None => "-".into(),
         };
         let resources: Vec<String> = self.resources.iter().map(|r| hex(r)).collect();
+        let (version, minimum) = match self.minimum_ms {
+            Some(ms) => (VERSION_MIN, format!(":{ms}")),
+            None => (VERSION, String::new()),
+        };
         write!(
             f,
-            "{MAGIC}:{VERSION}:{}:{}:{fencing}:{}:{}",
+            "{MAGIC}:{version}:{}:{}{minimum}:{fencing}:{}:{}",
             self.deadline_ms,
             self.ttl.as_millis(),
             hex(&self.value),
@@ -335,16 +384,25 @@ impl FromStr for Lease {
 
     fn from_str(s: &str) -> Result<Lease> {
         let bad = |why| Error::from(InvalidInput::InvalidLease(why));
-        let parts: Vec<&str> = s.trim().split(':').collect();
+        let mut parts: Vec<&str> = s.trim().split(':').collect();
+        let minimum = match parts.get(1) {
+            Some(&VERSION_MIN) if parts.len() == 8 => Some(parts.remove(4)),
+            _ => None,
+        };
         let [magic, version, deadline, ttl, fencing, value, resources] = parts.as_slice() else {
             return Err(bad("wrong number of fields"));
         };
         if *magic != MAGIC {
             return Err(bad("it does not start with fredlock-lease"));
         }
-        if *version != VERSION {
+        if *version != VERSION && *version != VERSION_MIN {
             return Err(bad("unknown version"));
         }
+        let minimum_ms = match minimum {
+            Some(m) => Some(m.parse().map_err(|_| bad("bad minimum"))?),
+            None if *version == VERSION_MIN => return Err(bad("wrong number of fields")),
+            None => None,
+        };
         let deadline_ms = deadline.parse().map_err(|_| bad("bad deadline"))?;
         let ttl_ms: u64 = ttl.parse().map_err(|_| bad("bad TTL"))?;
         if ttl_ms == 0 {
@@ -378,6 +436,7 @@ impl FromStr for Lease {
             fencing,
             deadline_ms,
             ttl: Duration::from_millis(ttl_ms),
+            minimum_ms,
         })
     }
 }
@@ -425,6 +484,7 @@ mod tests {
             fencing: Some(vec![7, u64::MAX]),
             deadline_ms: 1_700_000_000_000,
             ttl: Duration::from_secs(600),
+            minimum_ms: None,
         }
     }
 
@@ -440,6 +500,19 @@ mod tests {
         assert!(debug.contains(&l.fingerprint()));
         let plain = Lease { fencing: None, ..l };
         assert_eq!(plain.to_string().parse::<Lease>().expect("parse"), plain);
+        // With a minimum: version 2, one more field; round trips too.
+        let held = Lease {
+            minimum_ms: Some(1_700_000_030_000),
+            ..plain.clone()
+        };
+        let text = held.to_string();
+        assert!(text.starts_with("fredlock-lease:2:"), "{text}");
+        assert_eq!(text.parse::<Lease>().expect("parse"), held);
+        // A version 2 text without the field, or version 1 with it: refused.
+        let v2_short = plain.to_string().replacen(":1:", ":2:", 1);
+        assert!(v2_short.parse::<Lease>().is_err(), "{v2_short}");
+        let v1_long = text.replacen(":2:", ":1:", 1);
+        assert!(v1_long.parse::<Lease>().is_err(), "{v1_long}");
     }
 
     #[test]

@@ -109,7 +109,7 @@ impl Lock {
 
     /// The minimum hold left, rounded up to whole milliseconds, or `None` when it is over or
     /// unset.
-    fn hold_left(&self) -> Option<Duration> {
+    pub(crate) fn hold_left(&self) -> Option<Duration> {
         let left = self
             .hold_at_least?
             .checked_sub(self.acquired_at.elapsed())?;
