@@ -297,8 +297,10 @@ impl Redlock {
             handed: None,
         };
         let mut lock = Lock::from_grant(self.clone(), grant, lease.ttl);
-        // The minimum counts from the lock's `acquired_at` (here `t0`).
-        lock.set_hold_at_least(minimum_left.map(|left| left + t0.elapsed()));
+        // The minimum counts from the lock's `acquired_at` (here `t0`); never more than the TTL
+        // (as at an acquire: a hostile text cannot make every extension an invalid TTL).
+        let minimum = minimum_left.map(|left| left.saturating_add(t0.elapsed()).min(lease.ttl));
+        lock.set_hold_at_least(minimum);
         Ok(lock)
     }
 
