@@ -320,12 +320,9 @@ impl Redlock {
     pub async fn release_lease(&self, lease: &Lease) -> Result<ReleaseReport> {
         let held = lease.held(self)?;
         let started = Instant::now();
-        // Rounded up to whole milliseconds, never more than the TTL (a shortening never
-        // lengthens a key anyway).
-        let left_ms = lease.minimum_left().map(|left| {
-            let ms = left.min(lease.ttl).as_nanos().div_ceil(1_000_000);
-            u64::try_from(ms).unwrap_or(u64::MAX).max(1)
-        });
+        let left_ms = lease
+            .minimum_left()
+            .map(|left| crate::rounds::lock::left_to_expire_ms(left, lease.ttl));
         let votes = match left_ms {
             Some(ms) => self.inner.shorten_all(&held, ms).await,
             None => {

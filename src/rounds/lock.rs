@@ -119,17 +119,8 @@ impl Lock {
 
     /// Milliseconds of the minimum hold left (at least 1), or `None` when it is over or unset.
     fn hold_left_ms(&self) -> Option<u64> {
-        let left = self
-            .hold_at_least?
-            .checked_sub(self.acquired_at.elapsed())?;
-        if left.is_zero() {
-            return None;
-        }
-        // Rounded up: the keys must not expire before the minimum. Never more than the TTL
-        // (the minimum is at most the acquire's TTL, and an `extend` never sets less than the
-        // rest of it; the script never lengthens a key anyway).
-        let ms = left.min(self.ttl).as_nanos().div_ceil(1_000_000);
-        Some(u64::try_from(ms).unwrap_or(u64::MAX).max(1))
+        self.hold_left()
+            .map(|left| left_to_expire_ms(left, self.ttl))
     }
 
     /// Marks the lock as no longer this handle's to release (a lease took it over).
@@ -349,6 +340,15 @@ impl Lock {
             _ => Err(inner.round_failure(&self.held, crate::base::error::Round::Release, votes)),
         }
     }
+}
+
+/// How long a release before the end of a minimum hold leaves the keys: `left`, rounded up to
+/// whole milliseconds (the keys must not expire before the minimum), at least 1, never more
+/// than `ttl` (the minimum is at most the acquire's TTL, and an extension never sets less than
+/// the rest of it; the shortening script never lengthens a key anyway).
+pub(crate) fn left_to_expire_ms(left: Duration, ttl: Duration) -> u64 {
+    let ms = left.min(ttl).as_nanos().div_ceil(1_000_000);
+    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
 }
 
 /// The steps of an extension, for the keep-alive's batched rounds as for [`Lock::extend`].
