@@ -9,13 +9,14 @@
 //!
 //! How, per node:
 //! - **Direct when idle.** An operation that finds nothing of this node's hot path in flight
-//!   and nothing queued is sent by its caller at once, in its plain form: a serial caller pays
-//!   no hop and no batching. The plain form of an acquire is `SET NX`; of a release, the
-//!   node's native compare-and-delete where it has one (`DELIFEQ`, `DELEX`: see `caps`,
-//!   `native`), else the release script by EVALSHA (see [`release_script`]); on the key's
-//!   gate, the gate's release (`GATE_FREE`, which wakes the line's head), which the batch
-//!   script does in short (the release and a read of the line's flag, the wake-up left to
-//!   `Node::gate_release`).
+//!   (but, at most, one earlier operation of its own caller: a serial caller's previous
+//!   release, decided without this node) and nothing queued is sent by its caller at once, in
+//!   its plain form: a serial caller pays no hop and no batching. The plain form of an
+//!   acquire is `SET NX`; of a release, the node's native compare-and-delete where it has one
+//!   (`DELIFEQ`, `DELEX`: see `caps`, `native`), else the release script by EVALSHA (see
+//!   [`release_script`]); on the key's gate, the gate's release (`GATE_FREE`, which wakes the
+//!   line's head), which the batch script does in short (the release and a read of the line's
+//!   flag, the wake-up left to `Node::gate_release`).
 //! - **Queued otherwise.** Anything else joins the node's queue; one batcher task per node
 //!   takes everything queued (up to [`MAX_OPS`]), sends it as one `EVAL` of
 //!   [`BATCH`](crate::base::scripts) (a lone operation, or every operation on a node whose user may
@@ -273,6 +274,23 @@ impl Op {
     }
 }
 
+/// Who sends a direct operation: a tokio task, or a thread outside any task (a `block_on`,
+/// as under `#[tokio::main]`). A task may move between threads, so a task is known by its id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Caller {
+    Task(tokio::task::Id),
+    Thread(std::thread::ThreadId),
+}
+
+impl Caller {
+    pub(super) fn current() -> Caller {
+        match tokio::task::try_id() {
+            Some(id) => Caller::Task(id),
+            None => Caller::Thread(std::thread::current().id()),
+        }
+    }
+}
+
 #[derive(Default)]
 pub(super) struct Queue {
     pub(super) ops: Vec<Op>,
@@ -283,6 +301,9 @@ pub(super) struct Queue {
     pub(super) handing: bool,
     /// Direct sends handed to fred (or about to be) and not answered yet.
     pub(super) direct: usize,
+    /// Who made the direct sends in flight (set by the first of them; a second one is made
+    /// only by the same caller, see `batcher::direct_ok`).
+    pub(super) direct_by: Option<Caller>,
     /// The batcher task was started.
     pub(super) started: bool,
     /// The node is gone: queued operations fail, the batcher ends.

@@ -21,7 +21,8 @@ use tokio::time::Instant;
 use crate::base::error::{NodeError, NodeErrorKind};
 use crate::base::scripts::Scripts;
 use crate::nodes::batch::{
-    lock, orphaned_release, send_one, Boxed, Held, Kind, Op, Queue, Shared, Start, Work, MAX_OPS,
+    lock, orphaned_release, send_one, Boxed, Caller, Held, Kind, Op, Queue, Shared, Start, Work,
+    MAX_OPS,
 };
 use crate::nodes::connection::{options, State};
 
@@ -124,10 +125,17 @@ impl Batch {
         kind: Kind,
         timeout: Duration,
     ) -> Result<Value, NodeError> {
-        // Direct only when nothing of the hot path is in flight either (else it batches).
+        // Direct only when nothing of the hot path is in flight either, but this caller's own
+        // earlier command (else it batches: see `direct_ok`).
+        let me = Caller::current();
         let idle = |q: &mut Queue| {
-            let idle = q.closed || (q.ops.is_empty() && !q.handing && !q.batch && q.direct == 0);
-            q.direct += usize::from(idle);
+            let idle = q.closed || direct_ok(q, me);
+            if idle {
+                if q.direct == 0 {
+                    q.direct_by = Some(me);
+                }
+                q.direct += 1;
+            }
             idle
         };
         let work = || Work::Key {
@@ -302,6 +310,22 @@ enum Taken {
     Batch(Vec<Op>),
     /// One other command.
     Call(Op),
+}
+
+/// Whether a hot-path operation of `me` may be sent directly: nothing queued or being handed
+/// to fred, no batch in flight, and no direct send in flight but, at most, one of `me`'s own.
+///
+/// The exception is the serial caller: its acquire's `SET` to a node often finds its previous
+/// release still in flight there (decided by a quorum without waiting for that node). Queueing
+/// it would cost a hop through the batcher task for nothing to share it with (the caller has
+/// no other command to add); sent directly it is written behind that release on the same
+/// connection. Measured on a serial acquire+release cycle (3 local nodes, p50 against the raw
+/// fred floor): 1.25x -> 1.21x on a multi-thread runtime, 1.40-1.48x -> 1.29-1.30x on a
+/// current-thread one, with 64 tasks unchanged (0.98x, 1.03x). Any other caller's operation
+/// in flight means concurrency, which the batcher is for.
+fn direct_ok(q: &Queue, me: Caller) -> bool {
+    let quiet = q.ops.is_empty() && !q.handing && !q.batch;
+    quiet && (q.direct == 0 || (q.direct == 1 && q.direct_by == Some(me)))
 }
 
 /// The next thing to send: a batch of the hot-path operations (up to [`MAX_OPS`], in queue
@@ -588,3 +612,40 @@ fn resend(client: &Client, shared: &Arc<Shared>, mut orphans: Vec<Op>) {
 
 /// How long an orphaned release waits for its node's connection to come back, per resend.
 const RECONNECT_WAIT: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A caller of its own (a thread's id is never reused).
+    fn caller() -> Caller {
+        let id = std::thread::spawn(|| std::thread::current().id());
+        Caller::Thread(id.join().expect("thread"))
+    }
+
+    fn queue(direct: usize, by: Option<Caller>) -> Queue {
+        Queue {
+            direct,
+            direct_by: by,
+            ..Queue::default()
+        }
+    }
+
+    #[test]
+    fn only_a_callers_own_command_in_flight_lets_it_send_directly() {
+        let (me, other) = (caller(), caller());
+        assert!(direct_ok(&queue(0, None), me), "idle node");
+        assert!(direct_ok(&queue(1, Some(me)), me), "own release in flight");
+        assert!(
+            !direct_ok(&queue(1, Some(other)), me),
+            "another caller's command in flight: batched"
+        );
+        assert!(!direct_ok(&queue(2, Some(me)), me), "two in flight");
+        let mut busy = queue(0, None);
+        busy.batch = true;
+        assert!(!direct_ok(&busy, me), "a batch in flight");
+        let mut handing = queue(1, Some(me));
+        handing.handing = true;
+        assert!(!direct_ok(&handing, me), "a batch being handed to fred");
+    }
+}
