@@ -327,7 +327,8 @@ return {0, 1}
 /// one whose attempts never reached the gate joins at the back at its next attempt. Used on a cluster node and for the put-back; a single server's
 /// `w` and `q` go through GATE_FREE.
 /// KEYS[1..n]: the lock keys; KEYS[n+1]: their line. ARGV[1]: value; ARGV[2]: `w` (wake), `q`
-/// (clean-up) or the member to put back; ARGV[3]: the lease in ms; ARGV[4]: channel prefix;
+/// (clean-up) or the member to put back (`+member`: put back whatever its lease, the gate
+/// granted this attempt); ARGV[3]: the lease in ms; ARGV[4]: channel prefix;
 /// ARGV[5]: a short id of this release (sent with the wake-up).
 /// Reply: `{deleted, woken member or ''}`. EVAL-only like RELEASE.
 const GATE_RELEASE: &str = concat!(
@@ -356,6 +357,9 @@ if mode == 'w' or mode == 'q' then
       return {deleted, h}
     end
   end
+elseif string.sub(mode, 1, 1) == '+' then
+  -- Granted here by this attempt (the head, or the line was empty), refused elsewhere.
+  join(line, string.sub(mode, 2), ARGV[3], true)
 elseif redis.call('EXISTS', line .. '|' .. mode) == 1 then
   -- Only a waiter that held a place here (its lease lives on after its grant took it out).
   join(line, mode, ARGV[3], true)

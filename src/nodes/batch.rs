@@ -151,6 +151,10 @@ pub(crate) struct LineRef {
     pub(crate) wake: std::sync::atomic::AtomicBool,
     /// The Redlock's line state: a release that woke one of its own members wakes it at once.
     pub(crate) local: std::sync::Arc<crate::base::line::Line>,
+    /// The gate granted this attempt (set by the attempt when the others refused): its clean-up
+    /// puts the member at the front of the line even without a place there before (it was the
+    /// head, or the line was empty), so the holder's release wakes it.
+    pub(crate) at_gate: std::sync::atomic::AtomicBool,
 }
 
 impl LineRef {
@@ -162,6 +166,7 @@ impl LineRef {
             member: None,
             wake: std::sync::atomic::AtomicBool::new(true),
             local: self.local.clone(),
+            at_gate: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }

@@ -88,11 +88,18 @@ impl Node {
     ) -> Result<Value, NodeError> {
         let scripts = crate::base::scripts::Scripts::get();
         let wake = line.wake.load(std::sync::atomic::Ordering::Acquire);
+        let put_back: String;
         let mode = match (&line.member, wake) {
             (_, true) => "w",
             // Back at the front only while the waiter still waits (not a late retry after it
-            // left the line).
-            (Some(member), false) if line.local.waits(member) => member,
+            // left the line); `+`: the gate had granted it (see `LineRef::at_gate`).
+            (Some(member), false) if line.local.waits(member) => {
+                match line.at_gate.load(std::sync::atomic::Ordering::Relaxed) {
+                    true => put_back = format!("+{member}"),
+                    false => put_back = member.to_string(),
+                }
+                put_back.as_str()
+            }
             (_, false) => "q",
         };
         if let (true, Backend::Server(_), [key]) = (

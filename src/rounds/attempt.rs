@@ -123,6 +123,10 @@ impl Redlock {
         };
         let tally = self.inner.tally(req, answers, t0);
         let granted = self.inner.decide(req, turn, &tally);
+        if let (Some(line), true) = (&held.line, line_granted(turn)) {
+            line.at_gate
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let mut now = Instant::now();
         let mut failure = None;
         if granted && now < deadline {
@@ -358,6 +362,11 @@ impl Inner {
     }
 }
 
+/// Whether the gate granted the attempt that carried `turn` (see `Inner::decide`).
+fn line_granted(turn: &Turn) -> bool {
+    turn.member.is_some() && turn.gated.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A granted lock's releases wake its line's head (its attempt's clean-up would have put the
 /// waiter back in line instead).
 fn granted_line(held: &Held) {
@@ -490,6 +499,7 @@ impl Inner {
             member: turn.member.clone(),
             wake: std::sync::atomic::AtomicBool::new(false),
             local: self.line.clone(),
+            at_gate: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
