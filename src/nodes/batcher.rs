@@ -21,8 +21,8 @@ use tokio::time::Instant;
 use crate::base::error::{NodeError, NodeErrorKind};
 use crate::base::scripts::Scripts;
 use crate::nodes::batch::{
-    lock, orphaned_release, send_one, Boxed, Caller, Held, Kind, Op, Queue, Shared, Start, Work,
-    MAX_OPS,
+    fixed, lock, orphaned_release, send_one, Boxed, Caller, Held, Kind, Op, Queue, Shared, Start,
+    Work, MAX_OPS,
 };
 use crate::nodes::connection::{options, State};
 
@@ -513,22 +513,21 @@ async fn send_batch(client: Client, state: Arc<State>, shared: Arc<Shared>, ops:
     }
     let scripts = Scripts::get();
     let mut args = Vec::with_capacity(2 + 4 * live.len());
-    args.push(Value::from(scripts.batch.body));
+    args.push(fixed(scripts.batch.body));
     args.push(Value::Integer(0));
     for (_, held, kind) in &live {
-        let key = held.keys.first().map_or("", String::as_str);
-        args.push(Value::from(key));
+        args.push(Value::String(held.key_arg()));
         if let (Kind::GateFree { .. }, Some(line)) = (kind, &held.line) {
             args.push(Value::from(format!("{}!", line.key)));
         }
     }
     args[1] = Value::Integer(args.len() as i64 - 2);
     for (_, held, kind) in &live {
-        args.push(Value::from(held.value.as_str()));
+        args.push(Value::String(held.value_arg()));
         args.push(match (kind, &held.line) {
             (Kind::Acquire { ttl_ms }, _) => Value::Integer(*ttl_ms as i64),
-            (Kind::GateFree { .. }, Some(_)) => Value::from("f"),
-            (Kind::Release | Kind::GateFree { .. }, _) => Value::from("r"),
+            (Kind::GateFree { .. }, Some(_)) => fixed("f"),
+            (Kind::Release | Kind::GateFree { .. }, _) => fixed("r"),
         });
     }
     let eval = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
@@ -539,7 +538,7 @@ async fn send_batch(client: Client, state: Arc<State>, shared: Arc<Shared>, ops:
     for ((op, _, kind), answer) in live.into_iter().zip(answers) {
         let reply = answer.map(|n| match kind {
             // The plain SET's reply shape: OK when set, nil when the key exists.
-            Kind::Acquire { .. } if n == 1 => Value::from("OK"),
+            Kind::Acquire { .. } if n == 1 => fixed("OK"),
             Kind::Acquire { .. } => Value::Null,
             // GateFree: 2 more when its line's flag is set (see `Node::gate_release`).
             Kind::Release | Kind::GateFree { .. } => Value::Integer(n),

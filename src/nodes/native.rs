@@ -62,18 +62,15 @@ async fn send(
 pub(crate) async fn release(
     client: &Client,
     state: &State,
-    key: &str,
-    value: &str,
+    key: Value,
+    value: Value,
     timeout: Duration,
 ) -> Option<Result<Value, NodeError>> {
     let (cmd, args) = match state.caps.native() {
         Native::None => return None,
-        Native::DelIfEq => ("DELIFEQ", vec![Value::from(key), Value::from(value)]),
+        Native::DelIfEq => ("DELIFEQ", vec![key, value]),
         // Redis >= 8.4; untested here (no such server could be installed).
-        Native::DelEx => (
-            "DELEX",
-            vec![Value::from(key), Value::from("IFEQ"), Value::from(value)],
-        ),
+        Native::DelEx => ("DELEX", vec![key, Value::from("IFEQ"), value]),
     };
     Some(send(client, state, cmd, args, timeout).await)
 }

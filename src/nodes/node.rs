@@ -133,6 +133,7 @@ impl Held {
             },
             line: None,
             repairs: Default::default(),
+            wire: Default::default(),
         }
     }
 }

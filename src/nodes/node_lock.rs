@@ -502,6 +502,7 @@ mod future_size {
             fence_keys: Vec::new(),
             line: None,
             repairs: Default::default(),
+            wire: Default::default(),
         });
         let second = Duration::from_secs(1);
         let sizes = [

@@ -112,6 +112,7 @@ impl Node {
             fence_keys: Vec::new(),
             line: None,
             repairs: Default::default(),
+            wire: Default::default(),
         };
         let reply = self.script(script, &held, extra, timeout).await;
         reply::holder(&self.name, reply)

@@ -160,6 +160,7 @@ impl Lease {
             fence_keys: Vec::new(),
             line: None,
             repairs: Default::default(),
+            wire: Default::default(),
         }))
     }
 }

@@ -269,6 +269,7 @@ impl RwRounds<'_> {
             fence_keys: Vec::new(),
             line: None,
             repairs: Default::default(),
+            wire: Default::default(),
         });
         Plan {
             resource,
@@ -332,6 +333,7 @@ impl RwRounds<'_> {
             fence_keys: Vec::new(),
             line: None,
             repairs: Default::default(),
+            wire: Default::default(),
         });
         let mut rguard = Cleanup(Some((redlock.clone(), reader.clone())), req.ttl);
         let [w, _, r] = self.keys();
@@ -437,6 +439,7 @@ impl Mark {
                 fence_keys: Vec::new(),
                 line: None,
                 repairs: Default::default(),
+                wire: Default::default(),
             }),
             ttl,
             removed: false,

@@ -126,6 +126,7 @@ impl Slots<'_> {
             fence_keys: Vec::new(),
             line: line(&turn),
             repairs: Default::default(),
+            wire: Default::default(),
         });
         let mut guard = Guard(Some((self.redlock.clone(), all_slots.clone())), ttl);
         let t0 = Instant::now();
@@ -270,6 +271,7 @@ impl Slots<'_> {
             // Its release wakes the semaphore's line.
             line,
             repairs: Default::default(),
+            wire: Default::default(),
         });
         let grant = Grant {
             held,
@@ -470,6 +472,7 @@ fn clone_held(h: &Held) -> Held {
         fence_keys: h.fence_keys.clone(),
         line: None,
         repairs: Default::default(),
+        wire: Default::default(),
     }
 }
 

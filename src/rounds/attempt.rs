@@ -234,6 +234,7 @@ impl Inner {
                 .as_ref()
                 .map(|(gate, key)| self.line_ref(*gate, key, turn)),
             repairs: Default::default(),
+            wire: Default::default(),
         })
     }
 

@@ -121,6 +121,7 @@ impl Inner {
                 fence_keys: Vec::new(),
                 line: Some(line.granted()),
                 repairs: Default::default(),
+                wire: Default::default(),
             }),
             t0: Instant::now(),
             deadline: tenure.deadline,
