@@ -136,6 +136,12 @@ impl Caps {
         self.cached.load(Ordering::Relaxed) & script as u8 != 0
     }
 
+    /// Forgets every script this node was known to have: the connection reached another
+    /// server, or a restarted one (its script cache is empty).
+    pub(crate) fn forget_scripts(&self) {
+        self.cached.store(0, Ordering::Relaxed);
+    }
+
     pub(crate) fn set_cached(&self, script: Cached, cached: bool) {
         match cached {
             true => self.cached.fetch_or(script as u8, Ordering::Relaxed),
@@ -246,8 +252,6 @@ pub(crate) fn is_unknown_command(details: &str) -> bool {
 /// the `INFO server` reply when it could be read. Returns `false` when the server did not
 /// answer (the caller retries as for `INFO`).
 pub(crate) async fn probe(client: &Client, info: Option<&str>, caps: &Caps) -> bool {
-    // A new connection may reach a restarted server, whose script cache is empty.
-    caps.cached.store(0, Ordering::Relaxed);
     if let Some(server) = info.and_then(server_of) {
         *caps.server.lock().unwrap_or_else(|p| p.into_inner()) = server;
     }

@@ -534,6 +534,9 @@ async fn identify(client: &Client, state: &State) {
             Ok(_) => true,
             Err(e) => e.details().contains("NOPERM"),
         };
+        if answered && !same_server(&state.identity.borrow(), info.as_deref()) {
+            state.caps.forget_scripts();
+        }
         // What this user may do without Lua, learnt before the node counts (a probe that got
         // no answer is retried like INFO).
         let probed =
@@ -564,6 +567,18 @@ async fn identify(client: &Client, state: &State) {
     }
 }
 
+/// Whether the server that answered `info` is the one this node was identified with, so the
+/// scripts it was known to have are still cached there. A first identification counts as the
+/// same: what was learnt meanwhile was learnt on this connection. A server whose `run_id`
+/// cannot be read (no INFO) may have restarted: not the same.
+fn same_server(known: &Identity, info: Option<&str>) -> bool {
+    match (known, info.and_then(run_id)) {
+        (Identity::Unknown, _) => true,
+        (Identity::Known(old) | Identity::Duplicate { run_id: old, .. }, Some(new)) => *old == new,
+        _ => false,
+    }
+}
+
 fn warn_identity(node: &str, identity: &Identity) {
     match identity {
         Identity::Duplicate { of, name, run_id } => {
@@ -586,6 +601,20 @@ fn run_id(info: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scripts_are_forgotten_only_when_the_server_changed() {
+        let info = |id: &str| format!("# Server\r\nrun_id:{id}\r\n");
+        let known = Identity::Known("a".into());
+        assert!(same_server(&Identity::Unknown, None));
+        assert!(same_server(&known, Some(&info("a"))));
+        assert!(!same_server(&known, Some(&info("b"))), "a restarted server");
+        assert!(
+            !same_server(&known, None),
+            "no run_id: it may have restarted"
+        );
+        assert!(!same_server(&Identity::Unverifiable, Some(&info("a"))));
+    }
 
     #[test]
     fn io_errors_in_plain_words() {
