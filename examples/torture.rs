@@ -17,7 +17,8 @@
 //! `Redlock`, waiting for 3 hot resources under every fault, with liveness rows judged against
 //! a floor client of the same run, then the liveness controls: a thundering-herd strawman that
 //! must be flagged and fredlock polling that must not; see `TortureConfig::fleet`), and `all`
-//! (the five; the default).
+//! (the five; the default). Every mode ends with the election mode (candidates and observers,
+//! with its control); `election` runs only that, for the whole `--secs`.
 //! Without `--nodes`, plain nodes run with 3 nodes and with 5, clusters with 3; the time is split
 //! evenly between the runs. Semaphore permits are part of every run. Without
 //! `--clients`/`--resources`, 40 clients share 30 resources (about 10,000 checked grants a
@@ -90,7 +91,7 @@ fn replay_all(args: &Args, seed: u64) -> String {
 }
 
 const USAGE: &str =
-    "usage: torture [--secs N] [--seed S] [--nodes 3|5] [--clients K] [--resources M] [--mode all|both|plain|fencing|cluster|cluster-plain|cluster-fencing|fleet] [--shards S] [--profile] [--no-wake]";
+    "usage: torture [--secs N] [--seed S] [--nodes 3|5] [--clients K] [--resources M] [--mode all|both|plain|fencing|cluster|cluster-plain|cluster-fencing|fleet|election] [--shards S] [--profile] [--no-wake]";
 
 /// Plain nodes without and with fencing.
 const PLAIN_MODES: [(bool, bool); 2] = [(false, false), (false, true)];
@@ -165,9 +166,10 @@ fn parse_args() -> Result<Args, String> {
                     "cluster" => CLUSTER_MODES.to_vec(),
                     "cluster-plain" => vec![(true, false)],
                     "cluster-fencing" => vec![(true, true)],
+                    "election" => Vec::new(),
                     other => {
                         return Err(format!(
-                            "--mode must be all, both, plain, fencing, cluster, cluster-plain, cluster-fencing or fleet, not {other:?}"
+                            "--mode must be all, both, plain, fencing, cluster, cluster-plain, cluster-fencing, fleet or election, not {other:?}"
                         ))
                     }
                 }
@@ -203,6 +205,16 @@ async fn main() -> ExitCode {
         eprintln!("torture: a debug build; use --release for long runs");
     }
     let seed = args.seed.unwrap_or_else(torture::random_seed);
+    if args.mode_name.as_deref() == Some("election") {
+        println!(
+            "torture: seed {seed}, the election mode only, {} s",
+            args.secs
+        );
+        return match election(seed, Duration::from_secs(args.secs)).await {
+            true => ExitCode::from(1),
+            false => ExitCode::SUCCESS,
+        };
+    }
     let (configs, per_run) = configs(&args, seed);
     let labels: Vec<String> = configs.iter().map(TortureConfig::label).collect();
     println!(

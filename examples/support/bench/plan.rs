@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::support;
+use crate::support::fleet::Work;
 
 /// How much to measure: the full run, or `--quick` (`make bench BENCH_ARGS=--quick`).
 pub(crate) struct Plan {
@@ -93,15 +94,23 @@ impl Plan {
 
 pub(crate) fn parse_args() -> Plan {
     let usage =
-        "usage: cargo run --release --example bench [-- [--quick] [--fleet-only] [--serial] [--keepalive-locks N]]";
+        "usage: cargo run --release --example bench [-- [--quick] [--fleet-only] [--fleet-work mutex|semaphore|election] [--serial] [--keepalive-locks N]]";
     let mut plan = Plan::full();
     let (mut locks, mut fleet_only, mut serial_only) = (None, false, false);
+    let mut works = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => plan = Plan::quick(),
             "--fleet-only" => fleet_only = true,
             "--serial" => serial_only = true,
+            "--fleet-work" => match args.next().as_deref().and_then(Work::parse) {
+                Some(w) => works = Some(vec![w]),
+                None => {
+                    eprintln!("bench: --fleet-work wants mutex, semaphore or election\n{usage}");
+                    std::process::exit(2);
+                }
+            },
             "--keepalive-locks" => match args.next().and_then(|n| n.parse().ok()) {
                 Some(n) => locks = Some(n),
                 None => {
@@ -121,6 +130,9 @@ pub(crate) fn parse_args() -> Plan {
     }
     if let Some(n) = locks {
         plan.keepalive_locks = n;
+    }
+    if let Some(works) = works {
+        plan.fleet.works = works;
     }
     plan.fleet_only = fleet_only;
     plan.serial_only = serial_only;

@@ -108,6 +108,8 @@ pub enum Work {
 }
 
 impl Work {
+    pub const ALL: [Work; 3] = [Work::Mutex, Work::Semaphore, Work::Election];
+
     pub fn name(self) -> &'static str {
         match self {
             Work::Mutex => "mutex",
@@ -115,10 +117,8 @@ impl Work {
             Work::Election => "election",
         }
     }
-    fn parse(s: &str) -> Option<Work> {
-        [Work::Mutex, Work::Semaphore, Work::Election]
-            .into_iter()
-            .find(|w| w.name() == s)
+    pub fn parse(s: &str) -> Option<Work> {
+        Work::ALL.into_iter().find(|w| w.name() == s)
     }
     /// The clients measured for this workload (rslock has no semaphore and no election).
     pub fn clients(self) -> &'static [Client] {

@@ -16,6 +16,8 @@ pub struct Plan {
     /// In-process row: rounds per variant, and seconds per round.
     pub in_process_rounds: usize,
     pub in_process_secs: f64,
+    /// The workloads measured (all three unless `--fleet-work` names one).
+    pub works: Vec<Work>,
 }
 
 impl Plan {
@@ -24,6 +26,7 @@ impl Plan {
             window: Duration::from_secs(4),
             in_process_rounds: 3,
             in_process_secs: 2.0,
+            works: Work::ALL.to_vec(),
         }
     }
     pub fn quick() -> Plan {
@@ -31,6 +34,7 @@ impl Plan {
             window: Duration::from_millis(1_500),
             in_process_rounds: 1,
             in_process_secs: 1.5,
+            works: Work::ALL.to_vec(),
         }
     }
 }
@@ -40,7 +44,7 @@ pub struct Fleet {
     pub cells: Vec<Cell>,
     /// 16 waiters as tasks of this process: fredlock default and `tokio::sync::Mutex`, acq/s
     /// (medians of the rounds), and fredlock's commands per acquisition.
-    pub in_process: (f64, f64, f64),
+    pub in_process: Option<(f64, f64, f64)>,
     pub window: Duration,
     pub load_before: String,
     pub load_after: String,
@@ -53,7 +57,7 @@ pub async fn measure(urls: &[String], run: &str, plan: &Plan) -> Fleet {
     let load_before = super::super::loadavg();
     let mut cells = Vec::new();
     for (i, &p) in PROCESSES.iter().enumerate() {
-        for work in [Work::Mutex, Work::Semaphore, Work::Election] {
+        for &work in &plan.works {
             let mut clients = work.clients().to_vec();
             if i % 2 == 1 {
                 clients.reverse();
@@ -66,7 +70,10 @@ pub async fn measure(urls: &[String], run: &str, plan: &Plan) -> Fleet {
             }
         }
     }
-    let in_process = in_process(urls, run, plan).await;
+    let in_process = match plan.works.contains(&Work::Mutex) {
+        true => Some(in_process(urls, run, plan).await),
+        false => None,
+    };
     Fleet {
         cells,
         in_process,
@@ -163,7 +170,9 @@ impl Fleet {
                 println!("|  |  | {overlaps} |  |  |  |  |  |");
             }
         }
-        let (f, l, cmds) = self.in_process;
+        let Some((f, l, cmds)) = self.in_process else {
+            return;
+        };
         println!(
             "| 16 waiters as tasks of ONE process | 1 | fredlock default (tokio Mutex, same hold: {l:.0}/s) | {f:.0} | {cmds:.1} | — | — | — |"
         );
@@ -256,7 +265,9 @@ impl Fleet {
                 c.p99_us <= 5e3 && c.overlaps == 0,
             );
         }
-        let (f, l, _) = self.in_process;
+        let Some((f, l, _)) = self.in_process else {
+            return;
+        };
         target(
             "16 waiters in one process: acquisitions/s ≥ 0.9x a tokio::sync::Mutex",
             format!("{f:.0}"),
