@@ -272,3 +272,76 @@ async fn the_first_change_is_a_change() {
     a.resign().await;
     observer.close().await;
 }
+
+/// Each node's message carries its view, so an observer follows claims, proclaims and resigns
+/// without reading: here its user may no longer run scripts (every read fails with NOPERM) once
+/// it has started, and it still shows every change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_reach_observers_without_a_read() {
+    let (nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
+    let acl = |rule: &'static str| {
+        let nodes = &nodes;
+        async move {
+            for i in 0..3 {
+                let args = [
+                    "ACL", "SETUSER", "watcher", "on", ">pw", "~*", "&*", "+@all", rule,
+                ];
+                let reply = nodes.command(i, &args).await.expect("ACL SETUSER");
+                assert!(format!("{reply:?}").contains("OK"), "{reply:?}");
+            }
+        }
+    };
+    acl("+@scripting").await;
+    let urls = (0..3)
+        .map(|i| format!("redis://watcher:pw@127.0.0.1:{}", nodes.port(i)))
+        .collect();
+    let watcher = common::build(urls, |b| b).await;
+    let resource = common::unique("told");
+    let observer = watcher.observe(&resource).await.expect("observe");
+    let mut rx = observer.watch();
+    acl("-@scripting").await;
+    let err = watcher
+        .leader_of(&resource)
+        .await
+        .expect_err("reads refused");
+    assert!(err.to_string().contains("NOPERM"), "{err}");
+
+    let a = redlock
+        .elect_with_options(
+            resource.as_str(),
+            LONG_TTL,
+            ElectOptions::default().value("a"),
+        )
+        .expect("elect");
+    let term_a = a.leader().await;
+    assert!(
+        shows(&mut rx, Duration::from_secs(5), value_is("a")).await,
+        "claim not shown"
+    );
+    assert_eq!(observer.current().map(|l| l.term), Some(term_a.number()));
+    a.proclaim("a:2 ü").await.expect("proclaim");
+    assert!(
+        shows(&mut rx, Duration::from_secs(5), value_is("a:2 ü")).await,
+        "proclaim not shown"
+    );
+    a.resign().await;
+    assert!(
+        shows(&mut rx, Duration::from_secs(5), Option::is_none).await,
+        "resign not shown"
+    );
+    let b = redlock
+        .elect_with_options(
+            resource.as_str(),
+            LONG_TTL,
+            ElectOptions::default().value("b"),
+        )
+        .expect("elect");
+    let term_b = b.leader().await;
+    assert!(
+        shows(&mut rx, Duration::from_secs(5), value_is("b")).await,
+        "next term not shown"
+    );
+    assert_eq!(observer.current().map(|l| l.term), Some(term_b.number()));
+    b.resign().await;
+    observer.close().await;
+}

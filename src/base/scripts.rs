@@ -609,18 +609,56 @@ end
 return out
 "#;
 
+/// The election scripts' shared functions:
+/// - `view(lock, record, yield)`: this node's view of the election, `{live, term, value,
+///   priority, version, pttl, label, yield, yield_pttl}` (see [`ELECT_VIEW`]);
+/// - `announce(record, v)`: publishes the view `v` on the record's name (returns the number of
+///   receivers), so that observers
+///   follow the change without reading: `view1:<live>:<term>:<priority>:<version>:<pttl>:
+///   <yield_pttl>:<bytes of value>:<bytes of label>:` then the value, the label and the yield
+///   request, back to back (the value may hold any character).
+macro_rules! elect_lib {
+    () => {
+        r#"
+local function view(lock_key, record, yield_key)
+  local lock = redis.call('GET', lock_key)
+  local r = redis.call('HMGET', record, 'v', 't', 'val', 'p', 's')
+  local live = 0
+  local label = ''
+  if lock and r[1] and lock == r[1] then
+    live = 1
+    -- The owner separator 0x1f (decimal 31) ends the token; the label follows it.
+    local sep = string.find(lock, '\31', 1, true)
+    if sep then label = string.sub(lock, sep + 1) end
+  end
+  local y = redis.call('GET', yield_key) or ''
+  local ypttl = -2
+  if y ~= '' then ypttl = redis.call('PTTL', yield_key) end
+  return {live, tonumber(r[2] or '0') or 0, r[3] or '', tonumber(r[4] or '0') or 0,
+    tonumber(r[5] or '0') or 0, redis.call('PTTL', lock_key), label, y, ypttl}
+end
+local function announce(record, v)
+  local head = string.format('view1:%d:%d:%d:%d:%d:%d:%d:%d:', v[1], v[2], v[4], v[5], v[6],
+    v[9], #v[3], #v[7])
+  return redis.call('PUBLISH', record, head .. v[3] .. v[7] .. v[8])
+end
+"#
+    };
+}
+
 /// An election's leader claims its term, or changes its campaign value within it (proclaim).
 /// KEYS[1]: the lock key, KEYS[2]: the election record (a hash: `v` the lock value of the term,
 /// `t` the term number, `val` the campaign value, `p` the priority, `s` the value's version within
-/// the term: 1 for the claim, one more for each proclaim). ARGV[1]: the lock value, ARGV[2]: the
-/// term, ARGV[3]: the value, ARGV[4]: the priority, ARGV[5]: the version. A version not newer
-/// than the stored one of the same term is acknowledged without a write (a late or repeated
-/// proclaim never undoes a newer one).
-/// Reply: 1 written (and `term:version` published on the record's name, so that observers read
-/// it again unless they have read that version already); 0 the lock
-/// key does not hold our value (nothing written); -1 the record names a later term, or this term
-/// with another lock value (nothing written: a late claim never overwrites a newer term).
-const ELECT_CLAIM: &str = r#"
+/// the term: 1 for the claim, one more for each proclaim), KEYS[3]: the yield request.
+/// ARGV[1]: the lock value, ARGV[2]: the term, ARGV[3]: the value, ARGV[4]: the priority,
+/// ARGV[5]: the version. A version not newer than the stored one of the same term is
+/// acknowledged without a write (a late or repeated proclaim never undoes a newer one).
+/// Reply: 1 written (and this node's view announced, see `elect_lib`); 0 the lock key does not
+/// hold our value (nothing written); -1 the record names a later term, or this term with
+/// another lock value (nothing written: a late claim never overwrites a newer term).
+const ELECT_CLAIM: &str = concat!(
+    elect_lib!(),
+    r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local term = tonumber(ARGV[2])
 local t = tonumber(redis.call('HGET', KEYS[2], 't') or '0') or 0
@@ -631,57 +669,55 @@ if t == term then
   if s >= tonumber(ARGV[5]) then return 1 end
 end
 redis.call('HSET', KEYS[2], 'v', ARGV[1], 't', ARGV[2], 'val', ARGV[3], 'p', ARGV[4], 's', ARGV[5])
-redis.call('PUBLISH', KEYS[2], ARGV[2] .. ':' .. ARGV[5])
+announce(KEYS[2], view(KEYS[1], KEYS[2], KEYS[3]))
 return 1
-"#;
+"#
+);
 
 /// Read an election's state atomically, without its secret token.
 /// KEYS[1]: the lock key, KEYS[2]: the record (see [`ELECT_CLAIM`]), KEYS[3]: the yield request.
 /// Reply: `{live, term, value, priority, version, pttl, label, yield, yield_pttl}`: `live` 1 when
 /// the lock key holds the record's lock value (the term is current here), else 0; `term` 0 and
 /// `value` '' without a record; `label` the lock value's owner label ('' without one); `yield`
-/// the pending request ('term:priority', '' without one).
-const ELECT_VIEW: &str = r#"
-local lock = redis.call('GET', KEYS[1])
-local r = redis.call('HMGET', KEYS[2], 'v', 't', 'val', 'p', 's')
-local live = 0
-local label = ''
-if lock and r[1] and lock == r[1] then
-  live = 1
-  -- The owner separator 0x1f (decimal 31) ends the token; the label follows it.
-  local sep = string.find(lock, '\31', 1, true)
-  if sep then label = string.sub(lock, sep + 1) end
-end
-local y = redis.call('GET', KEYS[3]) or ''
-return {live, tonumber(r[2] or '0') or 0, r[3] or '', tonumber(r[4] or '0') or 0,
-  tonumber(r[5] or '0') or 0, redis.call('PTTL', KEYS[1]), label, y, redis.call('PTTL', KEYS[3])}
-"#;
+/// the pending request ('term:priority', '' without one; then `yield_pttl` is -2).
+const ELECT_VIEW: &str = concat!(
+    elect_lib!(),
+    r#"
+return view(KEYS[1], KEYS[2], KEYS[3])
+"#
+);
 
 /// A preferred candidate asks the leader of a term to yield.
-/// KEYS[1]: the record, KEYS[2]: the yield request. ARGV[1]: the term, ARGV[2]: the
-/// candidate's priority, ARGV[3]: how long the request stands, in ms.
-/// Reply: 1 requested (and the record's name published); 0 not needed (another term, a leader
+/// KEYS[1]: the lock key, KEYS[2]: the record, KEYS[3]: the yield request. ARGV[1]: the term,
+/// ARGV[2]: the candidate's priority, ARGV[3]: how long the request stands, in ms.
+/// Reply: 1 requested (and this node's view announced); 0 not needed (another term, a leader
 /// of equal or higher priority, or an equal or stronger request already pending).
-const ELECT_YIELD: &str = r#"
-local r = redis.call('HMGET', KEYS[1], 't', 'p')
+const ELECT_YIELD: &str = concat!(
+    elect_lib!(),
+    r#"
+local r = redis.call('HMGET', KEYS[2], 't', 'p')
 if r[1] ~= ARGV[1] then return 0 end
 local prio = tonumber(ARGV[2])
 if (tonumber(r[2] or '0') or 0) >= prio then return 0 end
-local y = redis.call('GET', KEYS[2])
+local y = redis.call('GET', KEYS[3])
 if y then
   local yp = tonumber(string.match(y, ':(%d+)$') or '0') or 0
   if yp >= prio then return 0 end
 end
-redis.call('SET', KEYS[2], ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[3])
-redis.call('PUBLISH', KEYS[1], 'yield')
+redis.call('SET', KEYS[3], ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[3])
+announce(KEYS[2], view(KEYS[1], KEYS[2], KEYS[3]))
 return 1
-"#;
+"#
+);
 
-/// Tell an election's observers to read again (after a resign).
-/// KEYS[1]: the record. ARGV[1]: the message. Reply: the number of receivers.
-const ELECT_NOTIFY: &str = r#"
-return redis.call('PUBLISH', KEYS[1], ARGV[1])
-"#;
+/// Announces this node's view of an election to its observers (after a resign).
+/// KEYS: as [`ELECT_VIEW`]. Reply: the number of receivers.
+const ELECT_NOTIFY: &str = concat!(
+    elect_lib!(),
+    r#"
+return announce(KEYS[2], view(KEYS[1], KEYS[2], KEYS[3]))
+"#
+);
 
 /// The scripts, hashed once per process.
 #[derive(Debug)]

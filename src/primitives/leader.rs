@@ -151,20 +151,33 @@ pub(crate) fn decode_view(
     })
 }
 
-/// The election state that `views` (one per node, `None` unanswered) show, read between
-/// `started` and `ended`: a leader when `quorum` nodes hold the same live term.
-pub(crate) fn tally(
-    views: &[Option<NodeView>],
-    quorum: usize,
-    started: Instant,
-    ended: Instant,
-) -> ElectionState {
-    let live: Vec<&NodeView> = views.iter().flatten().filter(|v| v.live).collect();
-    let mut state = ElectionState::default();
+/// One node's view and when it was true: the server read it at some instant between `from`
+/// and `to` (a read's start and end; a message's arrival for both: see `decode_announced`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Stamped {
+    pub(crate) view: NodeView,
+    pub(crate) from: Instant,
+    pub(crate) to: Instant,
+}
+
+impl Stamped {
+    /// The earliest instant this node's lock key may expire (unless extended since).
+    pub(crate) fn expires_from(&self) -> Instant {
+        let pttl = Duration::from_millis(u64::try_from(self.view.pttl.max(0)).unwrap_or(0));
+        self.from.checked_add(pttl).unwrap_or(self.from)
+    }
+}
+
+/// The election state that `views` (one per node, `None` unknown) show: a leader when `quorum`
+/// nodes hold the same live term.
+pub(crate) fn tally(views: &[Option<Stamped>], quorum: usize) -> ElectionState {
     let ms = |pttl: i64| Duration::from_millis(u64::try_from(pttl.max(0)).unwrap_or(0));
-    for v in views.iter().flatten() {
-        if let Some((t, p, pttl)) = v.yield_to {
-            let until = ended.checked_add(ms(pttl)).unwrap_or(ended);
+    let at = |t: Instant, pttl: i64| t.checked_add(ms(pttl)).unwrap_or(t);
+    let live: Vec<&Stamped> = views.iter().flatten().filter(|v| v.view.live).collect();
+    let mut state = ElectionState::default();
+    for s in views.iter().flatten() {
+        if let Some((t, p, pttl)) = s.view.yield_to {
+            let until = at(s.to, pttl);
             if state.yield_to.is_none_or(|(_, q, _)| p > q) {
                 state.yield_to = Some((t, p, until));
             }
@@ -172,31 +185,82 @@ pub(crate) fn tally(
     }
     let Some(best) = live
         .iter()
-        .map(|v| v.term)
-        .filter(|t| live.iter().filter(|v| v.term == *t).count() >= quorum)
+        .map(|s| s.view.term)
+        .filter(|t| live.iter().filter(|s| s.view.term == *t).count() >= quorum)
         .max()
     else {
         return state;
     };
-    let same: Vec<&&NodeView> = live.iter().filter(|v| v.term == best).collect();
-    // The quorum-th longest TTL: until then a quorum still holds the term.
-    let mut ttls: Vec<i64> = same.iter().map(|v| v.pttl).collect();
-    ttls.sort_unstable_by(|a, b| b.cmp(a));
-    let pttl = ms(ttls.get(quorum.saturating_sub(1)).copied().unwrap_or(0));
+    let same: Vec<&&Stamped> = live.iter().filter(|s| s.view.term == best).collect();
+    // The quorum-th latest expiry: until then a quorum still holds the term (the earliest
+    // each may be, for the validity; the latest, for when to look again).
+    let quorum_th = |mut ends: Vec<Instant>| {
+        ends.sort_unstable_by(|a, b| b.cmp(a));
+        ends.get(quorum.saturating_sub(1)).copied()
+    };
+    let (Some(valid_until), Some(recheck)) = (
+        quorum_th(same.iter().map(|s| at(s.from, s.view.pttl)).collect()),
+        quorum_th(same.iter().map(|s| at(s.to, s.view.pttl)).collect()),
+    ) else {
+        return state;
+    };
     // The newest value of the term (a proclaim may have reached only some nodes yet).
-    let Some(newest) = same.iter().max_by_key(|v| v.version) else {
+    let Some(newest) = same.iter().map(|s| &s.view).max_by_key(|v| v.version) else {
         return state;
     };
     state.priority = newest.priority;
     state.version = (best, newest.version);
-    state.recheck_at = ended.checked_add(pttl + Duration::from_millis(1));
+    state.recheck_at = recheck.checked_add(Duration::from_millis(1));
     state.leader = Some(Leader {
         value: newest.value.clone(),
         term: best,
         label: (!newest.label.is_empty()).then(|| newest.label.clone()),
-        valid_until: started.checked_add(pttl).unwrap_or(started),
+        valid_until,
     });
     state
+}
+
+/// Decodes a view a node announced (`announce` in the election scripts: `view1:<live>:<term>:
+/// <priority>:<version>:<pttl>:<yield_pttl>:<value bytes>:<label bytes>:` then the value, the
+/// label and the yield request); `None` for any other message (an older version's
+/// `term:version`, `yield`, `ended`) or a malformed one.
+pub(crate) fn decode_announced(message: &str) -> Option<NodeView> {
+    let rest = message.strip_prefix("view1:")?;
+    let mut fields = rest.splitn(9, ':');
+    let mut num = || fields.next()?.parse::<i64>().ok();
+    let (live, term, priority, version, pttl, yield_pttl, value_len, label_len) = (
+        num()?,
+        num()?,
+        num()?,
+        num()?,
+        num()?,
+        num()?,
+        num()?,
+        num()?,
+    );
+    let tail = fields.next()?;
+    let value_len = usize::try_from(value_len).ok()?;
+    let label_end = value_len.checked_add(usize::try_from(label_len).ok()?)?;
+    let value = tail.get(..value_len)?;
+    let label = tail.get(value_len..label_end)?;
+    let yield_text = tail.get(label_end..)?;
+    let yield_to = match yield_text {
+        "" => None,
+        y => {
+            let (t, p) = y.split_once(':')?;
+            Some((t.parse().ok()?, p.parse().ok()?, yield_pttl))
+        }
+    };
+    Some(NodeView {
+        live: live == 1,
+        term: u64::try_from(term).ok()?,
+        value: value.to_string(),
+        priority: u32::try_from(priority).ok()?,
+        version: u64::try_from(version).unwrap_or(0),
+        pttl,
+        label: label.to_string(),
+        yield_to,
+    })
 }
 
 /// What a leader writes into the record (see `scripts::ELECT_CLAIM`).
@@ -237,12 +301,15 @@ impl Redlock {
 
     /// Reads the election's state on every node (see [`leader_of`](Self::leader_of)).
     pub(crate) async fn election_state(&self, resource: &str) -> Result<ElectionState> {
+        let views = self.election_views(resource).await?;
+        Ok(tally(&views, self.inner.quorum))
+    }
+
+    /// Each node's view of the election `resource` (`None`: no answer), stamped with the read's
+    /// start and end; an error when fewer than a quorum answered.
+    pub(crate) async fn election_views(&self, resource: &str) -> Result<Vec<Option<Stamped>>> {
         self.check_election_name(resource)?;
-        let keys = Arc::new(vec![
-            self.key(resource),
-            self.election_key(resource),
-            self.yield_key(resource),
-        ]);
+        let keys = self.election_keys(resource);
         let timeout = self.read_timeout();
         let started = Instant::now();
         let answers = self
@@ -285,7 +352,12 @@ impl Redlock {
                 votes: Votes(votes),
             });
         }
-        Ok(tally(&views, self.inner.quorum, started, ended))
+        let stamp = |view| Stamped {
+            view,
+            from: started,
+            to: ended,
+        };
+        Ok(views.into_iter().map(|v| v.map(stamp)).collect())
     }
 
     pub(crate) fn check_election_name(&self, resource: &str) -> Result<(), InvalidInput> {
@@ -336,7 +408,7 @@ impl Redlock {
         r: Record<'_>,
         ttl: Duration,
     ) -> Written {
-        let keys = Arc::new(vec![self.key(resource), self.election_key(resource)]);
+        let keys = self.election_keys(resource);
         let argv = vec![
             Value::from(r.lock_value),
             Value::from(r.term.to_string()),
@@ -389,7 +461,7 @@ impl Redlock {
         priority: u32,
         standing: Duration,
     ) {
-        let keys = Arc::new(vec![self.election_key(resource), self.yield_key(resource)]);
+        let keys = self.election_keys(resource);
         let argv = vec![
             Value::from(term.to_string()),
             Value::from(priority.to_string()),
@@ -405,17 +477,26 @@ impl Redlock {
         .await;
     }
 
-    /// Tells `resource`'s observers to read again (after a resign). Best effort.
+    /// Announces each node's view of `resource` to its observers (after a resign). Best effort.
     pub(crate) async fn notify_observers(&self, resource: &str) {
-        let keys = Arc::new(vec![self.election_key(resource)]);
+        let keys = self.election_keys(resource);
         let timeout = self.read_timeout();
         self.record_round(
             &crate::base::scripts::Scripts::get().elect_notify,
             keys,
-            vec![Value::from("ended")],
+            Vec::new(),
             timeout,
         )
         .await;
+    }
+
+    /// The keys of an election's scripts: its lock key, its record, its request to yield.
+    fn election_keys(&self, resource: &str) -> Arc<Vec<String>> {
+        Arc::new(vec![
+            self.key(resource),
+            self.election_key(resource),
+            self.yield_key(resource),
+        ])
     }
 }
 
@@ -436,49 +517,114 @@ mod tests {
         })
     }
 
+    /// Views read at once, at `t`.
+    fn read_at(t: Instant, views: [Option<NodeView>; 3]) -> Vec<Option<Stamped>> {
+        let stamp = |view| Stamped {
+            view,
+            from: t,
+            to: t,
+        };
+        views.into_iter().map(|v| v.map(stamp)).collect()
+    }
+
     #[test]
     fn a_leader_needs_a_quorum_on_one_live_term() {
         let t = Instant::now();
         let s = tally(
-            &[view(true, 3, "a", 1, 900), view(true, 3, "a", 1, 800), None],
+            &read_at(
+                t,
+                [view(true, 3, "a", 1, 900), view(true, 3, "a", 1, 800), None],
+            ),
             2,
-            t,
-            t,
         );
         let l = s.leader.expect("a quorum");
         assert_eq!((l.term, l.value.as_str()), (3, "a"));
         // The quorum-th longest TTL bounds the validity.
         assert_eq!(l.valid_until, t + Duration::from_millis(800));
         let s = tally(
-            &[
-                view(true, 3, "a", 1, 900),
-                view(false, 3, "a", 1, 800),
-                None,
-            ],
+            &read_at(
+                t,
+                [
+                    view(true, 3, "a", 1, 900),
+                    view(false, 3, "a", 1, 800),
+                    None,
+                ],
+            ),
             2,
-            t,
-            t,
         );
         assert!(s.leader.is_none());
         let s = tally(
-            &[view(true, 3, "a", 1, 900), view(true, 4, "b", 1, 800), None],
+            &read_at(
+                t,
+                [view(true, 3, "a", 1, 900), view(true, 4, "b", 1, 800), None],
+            ),
             2,
-            t,
-            t,
         );
         assert!(s.leader.is_none());
         // A proclaim that reached some nodes: the newest value of the term.
         let s = tally(
-            &[
-                view(true, 5, "old", 1, 900),
-                view(true, 5, "new", 2, 900),
-                view(true, 5, "old", 1, 900),
-            ],
+            &read_at(
+                t,
+                [
+                    view(true, 5, "old", 1, 900),
+                    view(true, 5, "new", 2, 900),
+                    view(true, 5, "old", 1, 900),
+                ],
+            ),
             2,
-            t,
-            t,
         );
         assert_eq!(s.leader.expect("leader").value, "new");
+    }
+
+    #[test]
+    fn views_of_different_times_count_from_their_own() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let mut views = read_at(t, [view(true, 3, "a", 1, 900), None, None]);
+        // Node 1's view arrived 200 ms later (a message): its TTL counts from then.
+        views[1] = view(true, 3, "a", 1, 900).map(|view| Stamped {
+            view,
+            from: t + ms(200),
+            to: t + ms(250),
+        });
+        let s = tally(&views, 2);
+        assert_eq!(s.leader.expect("a quorum").valid_until, t + ms(900));
+        assert_eq!(s.recheck_at, Some(t + ms(901)));
+        views[0] = views[0].take().map(|mut s| {
+            s.from += ms(300);
+            s.to += ms(300);
+            s
+        });
+        let s = tally(&views, 2);
+        assert_eq!(s.leader.expect("a quorum").valid_until, t + ms(1100));
+        assert_eq!(s.recheck_at, Some(t + ms(1151)));
+    }
+
+    #[test]
+    fn announced_views_decode_whatever_the_value_holds() {
+        let value = "host:8080/ünï:code";
+        let message = format!("view1:1:7:2:3:500:300:{}:2:{value}me7:9", value.len());
+        let v = decode_announced(&message).expect("a view");
+        assert_eq!(
+            (v.live, v.term, v.priority, v.version, v.pttl),
+            (true, 7, 2, 3, 500)
+        );
+        assert_eq!((v.value.as_str(), v.label.as_str()), (value, "me"));
+        assert_eq!(v.yield_to, Some((7, 9, 300)));
+        let v = decode_announced("view1:0:7:0:1:-2:-2:0:0:").expect("no leader here");
+        assert_eq!((v.live, v.value.as_str(), v.yield_to), (false, "", None));
+        for bad in [
+            "7:1",
+            "yield",
+            "ended",
+            "view1:1:7:2:3:500:300:99:2:short",
+            "view1:1:7:2:3:500:300:1:0:ü",
+            "view1:1:-7:2:3:500:300:0:0:",
+            "view1:1:7:2:3:500:300:0:0:garbage",
+            "view1:1:7",
+        ] {
+            assert_eq!(decode_announced(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -1,17 +1,26 @@
 //! Observing an election from any process: who leads, pushed as it changes.
 //!
 //! An [`Observer`] keeps one subscriber connection per node (its own, separate from the lock
-//! connections and from the waiters' subscribers) on the election record's channel, where every
-//! claim, proclaim, request to yield and resign publishes. A message only says "read again": the
-//! observer then reads every node once ([`Redlock::leader_of`]'s round) and names a leader only
-//! when a quorum agree, so a forged, duplicated or reordered message can never make it name the
-//! wrong leader. What no message reports is covered without polling:
-//! - a leader that dies or is cut off publishes nothing: the observer reads again when the
-//!   term's keys expire at a quorum unless extended (the quorum-th longest TTL of its last read
-//!   plus 1 ms), so a killed leader shows as `None` within its TTL of its last extension;
-//! - a message lost with its connection: after a subscriber connection comes back (and is
-//!   subscribed again) the observer reads again;
-//! - a message lost otherwise: the same expiry-time read corrects it within one TTL.
+//! connections and from the waiters' subscribers) on the election record's channel. Every
+//! claim, proclaim, request to yield and resign publishes there the node's own view of the
+//! election (the view a read returns: whether the lock holds the record's term, the term, the
+//! value, the priority, the lock's TTL, a request to yield), written by the same script that
+//! changed it. The observer keeps each node's latest view and names a leader only when a
+//! quorum of them hold the same live term, as a read of every node does: so a change of leader
+//! costs the observer no command at all, whatever the number of observers. A node's messages
+//! arrive in the order it wrote; a duplicated one changes nothing. A view's TTL counts from the
+//! message's arrival, so `Leader::valid_until` can be late by the message's time in transit
+//! (from a read, it counts from before the read: never late). Anyone allowed to `PUBLISH` on
+//! the channel could forge a view; it stands until the node's next message or the next read.
+//!
+//! The observer reads every node instead (once per burst of messages):
+//! - at the start, and after a subscriber connection comes back (and is subscribed again) or
+//!   messages were dropped;
+//! - when a known view's lock may have expired by now (a live view past its TTL): an extension
+//!   publishes nothing, so the leader may have extended it; likewise at the moment the term's
+//!   keys expire at a quorum unless extended (the quorum-th longest TTL plus 1 ms), so a killed
+//!   leader shows as `None` within its TTL of its last extension;
+//! - on a message of an older version of this library (which says only "read again").
 //!
 //! While nothing changes, an observer sends one read per node per term-expiry interval (about
 //! one per extension of the leader's lock), and nothing at all without a leader.
@@ -28,7 +37,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::base::error::Result;
-use crate::primitives::leader::{ElectionState, Leader};
+use crate::primitives::leader::{
+    decode_announced, tally, ElectionState, Leader, NodeView, Stamped,
+};
 use crate::rounds::redlock::Redlock;
 
 /// Bound on one SUBSCRIBE round trip, and on waiting for the subscriptions at start.
@@ -109,9 +120,10 @@ impl Redlock {
         let (subscribed_tx, mut subscribed_rx) = watch::channel(0usize);
         let subscribed_tx = Arc::new(subscribed_tx);
         let mut subscribers = Vec::new();
-        for node in self.inner.nodes.iter() {
+        for (index, node) in self.inner.nodes.iter().enumerate() {
             if let Some(config) = node.subscriber_config() {
                 let sub = Subscriber {
+                    index,
                     node: node.name.clone(),
                     channel: channel.clone(),
                     wake: wake.clone(),
@@ -122,16 +134,17 @@ impl Redlock {
             }
         }
         let wanted = subscribers.len();
-        let reader = Reader {
+        let mut reader = Reader {
             redlock: self.clone(),
             resource: resource.to_string(),
             leader: leader_tx,
             state: state_tx,
+            known: vec![None; self.inner.nodes.len()],
         };
         // Wait for the subscriptions (bounded), then read once before handing it out.
         let _ =
             tokio::time::timeout(COMMAND_TIMEOUT, subscribed_rx.wait_for(|n| *n >= wanted)).await;
-        let first = reader.read().await;
+        let first = reader.read(&wake).await;
         let closed = closed_tx.subscribe();
         let task = tokio::spawn(reader.run(first, wake, closed, subscribers));
         Ok(Observer {
@@ -148,21 +161,22 @@ struct Reader {
     resource: String,
     leader: watch::Sender<Option<Leader>>,
     state: watch::Sender<ElectionState>,
+    /// Each node's latest view, from a read or from its messages (`None`: not known).
+    known: Vec<Option<Stamped>>,
 }
 
 impl Reader {
-    /// One read of every node; returns when to read again without a message.
-    async fn read(&self) -> std::result::Result<Option<Instant>, ()> {
-        match self.redlock.election_state(&self.resource).await {
-            Ok(mut state) => {
-                let next = state.recheck_at;
-                if state.leader.is_none() {
-                    let before = self.state.borrow().vacant_since;
-                    state.vacant_since = before.or(Some(Instant::now()));
-                }
-                self.publish(state.leader.clone());
-                self.state.send_replace(state);
-                Ok(next)
+    /// One read of every node; returns when to read again without a message. Views that
+    /// nodes announced while the read was under way are applied after it (a node's messages
+    /// come in the order it wrote).
+    async fn read(&mut self, wake: &Wake) -> std::result::Result<Option<Instant>, ()> {
+        // What arrived before the read is older than what it finds.
+        wake.apply_views(&mut self.known);
+        match self.redlock.election_views(&self.resource).await {
+            Ok(views) => {
+                self.known = views;
+                wake.apply_views(&mut self.known);
+                Ok(self.show())
             }
             Err(e) => {
                 tracing::debug!(resource = %self.resource, error = %e, "fredlock: observer read failed");
@@ -180,6 +194,31 @@ impl Reader {
         }
     }
 
+    /// Names the leader the known views show; returns when to read again without a message.
+    fn show(&self) -> Option<Instant> {
+        let mut state = tally(&self.known, self.redlock.inner.quorum);
+        let next = state.recheck_at;
+        if state.leader.is_none() {
+            let before = self.state.borrow().vacant_since;
+            state.vacant_since = before.or(Some(Instant::now()));
+        }
+        self.publish(state.leader.clone());
+        self.state.send_replace(state);
+        next
+    }
+
+    /// Whether the known views can name the leader without a read: a quorum of them known,
+    /// none of them live past its earliest expiry (its holder may have extended it since: no
+    /// message says so).
+    fn enough(&self) -> bool {
+        let now = Instant::now();
+        let known = self.known.iter().flatten();
+        known.clone().count() >= self.redlock.inner.quorum
+            && known
+                .filter(|s| s.view.live)
+                .all(|s| s.expires_from() > now)
+    }
+
     /// Sends `leader` to the watchers when it is another leader, term or value; a new
     /// validity of the same term is stored without waking them.
     fn publish(&self, leader: Option<Leader>) {
@@ -191,7 +230,7 @@ impl Reader {
     }
 
     async fn run(
-        self,
+        mut self,
         first: std::result::Result<Option<Instant>, ()>,
         wake: Arc<Wake>,
         mut closed: watch::Receiver<bool>,
@@ -210,15 +249,20 @@ impl Reader {
                 biased;
                 _ = closed.wait_for(|c| *c) => break,
                 () = wake.notify.notified() => {
-                    // Every node publishes each change: read once per change, not per node.
+                    // A node's announced view is applied as it is; anything else is read.
                     let seen = self.state.borrow().version;
-                    if !wake.take(seen) {
-                        continue;
+                    match wake.take(seen, &mut self.known) {
+                        Needs::Nothing => continue,
+                        Needs::Tally if self.enough() => {
+                            next = self.show();
+                            continue;
+                        }
+                        Needs::Tally | Needs::Read => {}
                     }
                 }
                 () = timer => {}
             }
-            next = match self.read().await {
+            next = match self.read(&wake).await {
                 Ok(next) => {
                     backoff = Duration::from_millis(50);
                     next
@@ -240,42 +284,107 @@ impl Reader {
 #[derive(Default)]
 struct Wake {
     notify: Notify,
-    /// `read`: something was announced that needs a read whatever was read before (a resign,
-    /// a request to yield, a resubscription, lost messages); `newest`: the newest
-    /// `(term, version)` announced by a claim or proclaim.
-    pending: std::sync::Mutex<(bool, (u64, u64))>,
+    pending: std::sync::Mutex<Pending>,
+}
+
+#[derive(Default)]
+struct Pending {
+    /// Something was announced that needs a read whatever was read before (a resubscription,
+    /// lost messages, a message of an older version that carries no view).
+    read: bool,
+    /// The newest `(term, version)` announced by an older version's claim or proclaim.
+    newest: (u64, u64),
+    /// Views announced by the nodes, by node index, in arrival order.
+    views: Vec<(usize, Stamped)>,
+}
+
+/// What the announcements since the last look ask of the reader.
+enum Needs {
+    Nothing,
+    /// Views arrived: name the leader from the known views (or read, if they cannot).
+    Tally,
+    Read,
+}
+
+/// A message from a node's subscriber connection.
+enum Announced {
+    /// The node's view, as its script published it.
+    View(usize, NodeView),
+    /// An older version's `term:version` of a claim or proclaim.
+    Version((u64, u64)),
+    /// Anything else: read.
+    Other,
 }
 
 impl Wake {
-    /// A message arrived: `Some(version)` from a claim or proclaim, `None` for anything else.
-    fn announce(&self, version: Option<(u64, u64)>) {
+    fn announce(&self, message: Announced) {
         {
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            match version {
-                Some(v) => p.1 = p.1.max(v),
-                None => p.0 = true,
+            match message {
+                Announced::View(node, view) => {
+                    let now = Instant::now();
+                    let (from, to) = (now, now);
+                    p.views.push((node, Stamped { view, from, to }));
+                }
+                Announced::Version(v) => p.newest = p.newest.max(v),
+                Announced::Other => p.read = true,
             }
         }
         self.notify.notify_one();
     }
 
-    /// Whether a read is needed, given the version last read (and resets the request).
-    fn take(&self, seen: (u64, u64)) -> bool {
+    /// What is needed, given the version last read; applies the announced views to `known`
+    /// (and resets the requests).
+    fn take(&self, seen: (u64, u64), known: &mut [Option<Stamped>]) -> Needs {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let needed = p.0 || p.1 > seen;
-        p.0 = false;
-        needed
+        let views = p.apply(known);
+        let read = p.read || p.newest > seen;
+        p.read = false;
+        match (read, views) {
+            (true, _) => Needs::Read,
+            (false, true) => Needs::Tally,
+            (false, false) => Needs::Nothing,
+        }
+    }
+
+    /// Applies the views announced so far to `known` (before and after a read).
+    fn apply_views(&self, known: &mut [Option<Stamped>]) {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        p.apply(known);
     }
 }
 
-/// `term:version` as a claim or proclaim publishes it.
-fn parse_version(text: &str) -> Option<(u64, u64)> {
-    let (t, v) = text.split_once(':')?;
-    Some((t.parse().ok()?, v.parse().ok()?))
+impl Pending {
+    /// Moves the announced views into `known`; whether there were any.
+    fn apply(&mut self, known: &mut [Option<Stamped>]) -> bool {
+        let any = !self.views.is_empty();
+        for (node, view) in self.views.drain(..) {
+            if let Some(slot) = known.get_mut(node) {
+                *slot = Some(view);
+            }
+        }
+        any
+    }
+}
+
+/// A message published on the election's channel, as the reader needs it.
+fn parse(node: usize, text: Option<&str>) -> Announced {
+    let Some(text) = text else {
+        return Announced::Other;
+    };
+    if let Some(view) = decode_announced(text) {
+        return Announced::View(node, view);
+    }
+    let version = text
+        .split_once(':')
+        .and_then(|(t, v)| Some((t.parse().ok()?, v.parse().ok()?)));
+    version.map_or(Announced::Other, Announced::Version)
 }
 
 /// One node's subscriber connection of one observer.
 struct Subscriber {
+    /// The node's index among the Redlock's nodes, and its name.
+    index: usize,
     node: String,
     channel: String,
     wake: Arc<Wake>,
@@ -339,7 +448,7 @@ impl Subscriber {
                             first = false;
                             self.subscribed.send_modify(|n| *n += 1);
                         } else {
-                            self.wake.announce(None);
+                            self.wake.announce(Announced::Other);
                         }
                     }
                     Err(e) => {
@@ -354,10 +463,10 @@ impl Subscriber {
                 m = messages.recv() => match m {
                     Ok(message) => {
                         let text = message.value.as_string();
-                        self.wake.announce(text.as_deref().and_then(parse_version));
+                        self.wake.announce(parse(self.index, text.as_deref()));
                     }
                     // Messages were dropped: read again.
-                    Err(RecvError::Lagged(_)) => self.wake.announce(None),
+                    Err(RecvError::Lagged(_)) => self.wake.announce(Announced::Other),
                     Err(RecvError::Closed) => return,
                 },
                 e = errors.recv() => {
