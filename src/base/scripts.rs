@@ -611,7 +611,8 @@ return out
 
 /// The election scripts' shared functions:
 /// - `view(lock, record, yield)`: this node's view of the election, `{live, term, value,
-///   priority, version, pttl, label, yield, yield_pttl}` (see [`ELECT_VIEW`]);
+///   priority, version, pttl, label, yield, yield_pttl}` (see [`ELECT_VIEW`]); `view_of` builds
+///   it from the lock's value and the record's fields when the script has them already;
 /// - `announce(record, v)`: publishes the view `v` on the record's name (returns the number of
 ///   receivers), so that observers
 ///   follow the change without reading: `view1:<live>:<term>:<priority>:<version>:<pttl>:
@@ -620,9 +621,7 @@ return out
 macro_rules! elect_lib {
     () => {
         r#"
-local function view(lock_key, record, yield_key)
-  local lock = redis.call('GET', lock_key)
-  local r = redis.call('HMGET', record, 'v', 't', 'val', 'p', 's')
+local function view_of(lock, r, lock_key, yield_key)
   local live = 0
   local label = ''
   if lock and r[1] and lock == r[1] then
@@ -636,6 +635,11 @@ local function view(lock_key, record, yield_key)
   if y ~= '' then ypttl = redis.call('PTTL', yield_key) end
   return {live, tonumber(r[2] or '0') or 0, r[3] or '', tonumber(r[4] or '0') or 0,
     tonumber(r[5] or '0') or 0, redis.call('PTTL', lock_key), label, y, ypttl}
+end
+local function view(lock_key, record, yield_key)
+  local lock = redis.call('GET', lock_key)
+  local r = redis.call('HMGET', record, 'v', 't', 'val', 'p', 's')
+  return view_of(lock, r, lock_key, yield_key)
 end
 local function announce(record, v)
   local head = string.format('view1:%d:%d:%d:%d:%d:%d:%d:%d:', v[1], v[2], v[4], v[5], v[6],
@@ -669,7 +673,8 @@ if t == term then
   if s >= tonumber(ARGV[5]) then return 1 end
 end
 redis.call('HSET', KEYS[2], 'v', ARGV[1], 't', ARGV[2], 'val', ARGV[3], 'p', ARGV[4], 's', ARGV[5])
-announce(KEYS[2], view(KEYS[1], KEYS[2], KEYS[3]))
+-- The view without reading again what was just checked and written.
+announce(KEYS[2], view_of(ARGV[1], {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]}, KEYS[1], KEYS[3]))
 return 1
 "#
 );

@@ -158,10 +158,6 @@ impl Shared {
 /// failure to reach the nodes is reported after at most this long).
 const CAMPAIGN_WAIT: Duration = Duration::from_secs(5);
 
-/// Whether candidates wait in the resource's line (see `win`). Off until measured: candidates
-/// make one attempt per retry pause, as before wait lines.
-const WAIT_IN_LINE: bool = false;
-
 /// Whether no yield request stands and the leader (if any) has `priority` too.
 pub(crate) fn same_priority(st: &ElectionState, priority: u32) -> bool {
     st.yield_to.is_none() && (st.leader.is_none() || st.priority == priority)
@@ -229,9 +225,8 @@ impl Campaign {
             // With no priorities in play, wait in the resource's line: a resign or a lost term
             // wakes the next candidate at once. Otherwise one attempt per retry pause, so that
             // a preferred candidate asks the leader to yield and lower ones hold back.
-            let in_line = WAIT_IN_LINE
-                && !held_back
-                && state.is_none_or(|st| same_priority(&st.borrow(), s.priority));
+            let in_line =
+                !held_back && state.is_none_or(|st| same_priority(&st.borrow(), s.priority));
             let wait = if in_line {
                 CAMPAIGN_WAIT
             } else {
