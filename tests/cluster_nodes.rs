@@ -450,3 +450,39 @@ async fn a_lock_regains_a_lost_key_on_a_cluster_node() {
     lock.release().await.expect("release");
     assert_nothing_left(&clusters).await;
 }
+
+/// Cluster nodes send an observer no views (no subscriber there): with two of them among three
+/// nodes, the plain node's message alone could never name a leader, so the observer reads
+/// every node on it, and shows the new term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_with_cluster_nodes_reads_on_each_message() {
+    let plain = fredlock_testkit::LocalNodes::start(1)
+        .await
+        .expect("a plain node");
+    let clusters = clusters(2, 1).await;
+    let mut urls = plain.urls();
+    urls.extend(clusters.iter().map(LocalCluster::url));
+    let redlock = common::build(urls, |b| b.connect_wait(Duration::from_secs(20))).await;
+    let resource = format!("observed-{}", rand::random::<u32>());
+    let observer = redlock.observe(&resource).await.expect("observe");
+    let mut rx = observer.watch();
+    let election = redlock
+        .elect_with_options(
+            resource.as_str(),
+            Duration::from_secs(60),
+            fredlock::ElectOptions::default().value("a"),
+        )
+        .expect("elect");
+    let term = election.leader().await;
+    let shown = tokio::time::timeout(
+        Duration::from_secs(5),
+        rx.wait_for(|l| l.as_ref().is_some_and(|l| l.value == "a")),
+    );
+    assert!(
+        shown.await.is_ok_and(|r| r.is_ok()),
+        "the new term never shown"
+    );
+    assert_eq!(observer.current().map(|l| l.term), Some(term.number()));
+    election.resign().await;
+    observer.close().await;
+}

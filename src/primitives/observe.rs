@@ -20,7 +20,9 @@
 //!   publishes nothing, so the leader may have extended it; likewise at the moment the term's
 //!   keys expire at a quorum unless extended (the quorum-th longest TTL plus 1 ms), so a killed
 //!   leader shows as `None` within its TTL of its last extension;
-//! - on a message of an older version of this library (which says only "read again").
+//! - on a message of an older version of this library (which says only "read again");
+//! - on every message, while some node has no subscriber (a Redis Cluster node, or one whose
+//!   subscriber connection never subscribed): that node's view would go stale.
 //!
 //! While nothing changes, an observer sends one read per node per term-expiry interval (about
 //! one per extension of the leader's lock), and nothing at all without a leader.
@@ -104,8 +106,9 @@ impl Redlock {
     /// within 2 s) and the first read is done, so [`Observer::current`] is right from the start.
     /// Must be called inside a tokio runtime.
     ///
-    /// Redis Cluster nodes get no subscriber (their published messages go to every shard): their
-    /// changes arrive through the other nodes' messages or the expiry-time read.
+    /// Redis Cluster nodes get no subscriber (their published messages go to every shard):
+    /// with one among the nodes, the observer reads every node on each message of the others
+    /// (once per burst), and at the expiry-time read.
     ///
     /// Errors: [`InvalidInput`](crate::InvalidInput) for an empty or reserved name, at once.
     ///
@@ -140,6 +143,7 @@ impl Redlock {
             leader: leader_tx,
             state: state_tx,
             known: vec![None; self.inner.nodes.len()],
+            subscribed: subscribed_rx.clone(),
         };
         // Wait for the subscriptions (bounded), then read once before handing it out.
         let _ =
@@ -163,6 +167,8 @@ struct Reader {
     state: watch::Sender<ElectionState>,
     /// Each node's latest view, from a read or from its messages (`None`: not known).
     known: Vec<Option<Stamped>>,
+    /// How many nodes' subscriber connections have subscribed (once each).
+    subscribed: watch::Receiver<usize>,
 }
 
 impl Reader {
@@ -207,13 +213,15 @@ impl Reader {
         next
     }
 
-    /// Whether the known views can name the leader without a read: a quorum of them known,
-    /// none of them live past its earliest expiry (its holder may have extended it since: no
-    /// message says so).
+    /// Whether the known views can name the leader without a read: every node has a
+    /// subscriber (a Redis Cluster node or one whose subscriber never subscribed sends no
+    /// views: its known view could be stale), a quorum of views known, none of them live past
+    /// its earliest expiry (its holder may have extended it since: no message says so).
     fn enough(&self) -> bool {
         let now = Instant::now();
         let known = self.known.iter().flatten();
-        known.clone().count() >= self.redlock.inner.quorum
+        *self.subscribed.borrow() >= self.known.len()
+            && known.clone().count() >= self.redlock.inner.quorum
             && known
                 .filter(|s| s.view.live)
                 .all(|s| s.expires_from() > now)
