@@ -151,6 +151,13 @@ async fn valkey_native_extend_never_revives_nor_steals() {
     let redlock = build(app_urls(&nodes), Retry::once()).await.expect("build");
     let key = redlock.key("gone");
     let mut lock = redlock.acquire("gone", TTL).await.expect("acquire");
+    // The acquire returns at a quorum: let the last node's SET land before deleting behind it.
+    let everywhere = eventually(Duration::from_secs(5), || async {
+        exists(&nodes, 0, &key).await
+            && exists(&nodes, 1, &key).await
+            && exists(&nodes, 2, &key).await
+    });
+    assert!(everywhere.await, "the lock's key never reached every node");
     nodes.command(0, &["DEL", &key]).await.expect("DEL");
     nodes.command(1, &["DEL", &key]).await.expect("DEL");
     nodes
