@@ -5,7 +5,8 @@
 //! - observer lag: from a new term being claimed (the new leader's own clock) to each of the 64
 //!   observers showing it, p50/p99/max;
 //! - idle cost: every command the 3 nodes serve in 20 s while 64 observers watch one leader
-//!   that extends its lock (the leader's own extensions included), per second;
+//!   that extends its lock (the leader's own extensions included), per second; then the same
+//!   with 64 candidate processes waiting in the election's line as well;
 //! - failover after SIGKILL of the leader: until every observer stops naming it, and until the
 //!   next leader leads, against the TTL;
 //! - a preferred candidate (higher priority) joining: until it leads.
@@ -356,6 +357,30 @@ async fn idle(fleet: &mut Fleet, nodes: &LocalNodes, observers: usize, window: D
         window.as_secs(),
         per_s / observers as f64
     );
+    // The same with as many candidates waiting in the election's line behind the leader.
+    let waiting: Vec<usize> = (0..observers)
+        .map(|_| fleet.spawn(&["--candidate", "--ttl-ms", "10000"]))
+        .collect();
+    let mut joined = 0;
+    while joined < waiting.len() {
+        let (_, line) = fleet.line(Duration::from_secs(60)).await.expect("joined");
+        joined += usize::from(line.starts_with("joined "));
+    }
+    // Let their first attempts (refused, into the line) finish.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = commands(nodes).await;
+    tokio::time::sleep(window).await;
+    let after = commands(nodes).await;
+    let per_s = (after - before) as f64 / window.as_secs_f64();
+    println!(
+        "idle with {} candidates waiting too: {per_s:.1} client commands/s on the nodes in all ({}s window), {:.2} per participant",
+        waiting.len(),
+        window.as_secs(),
+        per_s / (observers + waiting.len()) as f64
+    );
+    for id in waiting {
+        fleet.kill(id).await;
+    }
     fleet.kill(leader).await;
 }
 
