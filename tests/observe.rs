@@ -30,6 +30,53 @@ fn value_is(v: &'static str) -> impl Fn(&Option<Leader>) -> bool {
     move |l| l.as_ref().is_some_and(|l| l.value == v)
 }
 
+/// A first term, "a", then a proclaim of `proclaimed`: the observer shows both, the term with
+/// its number. Returns the leader's election.
+async fn first_term_shown(
+    redlock: &Redlock,
+    resource: &str,
+    observer: &Observer,
+    rx: &mut watch::Receiver<Option<Leader>>,
+    proclaimed: &'static str,
+) -> fredlock::Election {
+    let a = redlock
+        .elect_with_options(resource, LONG_TTL, ElectOptions::default().value("a"))
+        .expect("elect");
+    let term_a = a.leader().await;
+    assert!(
+        shows(rx, Duration::from_secs(5), value_is("a")).await,
+        "new term not shown"
+    );
+    assert_eq!(observer.current().map(|l| l.term), Some(term_a.number()));
+    a.proclaim(proclaimed).await.expect("proclaim");
+    assert!(
+        shows(rx, Duration::from_secs(5), value_is(proclaimed)).await,
+        "proclaim not shown"
+    );
+    a
+}
+
+/// A next term, "b": the observer shows it with its number; then it resigns and the observer
+/// closes.
+async fn next_term_shown(
+    redlock: &Redlock,
+    resource: &str,
+    observer: Observer,
+    mut rx: watch::Receiver<Option<Leader>>,
+) {
+    let b = redlock
+        .elect_with_options(resource, LONG_TTL, ElectOptions::default().value("b"))
+        .expect("elect");
+    let term_b = b.leader().await;
+    assert!(
+        shows(&mut rx, Duration::from_secs(5), value_is("b")).await,
+        "next term not shown"
+    );
+    assert_eq!(observer.current().map(|l| l.term), Some(term_b.number()));
+    b.resign().await;
+    observer.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_are_pushed_and_an_idle_observer_sends_nothing() {
     let (nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
@@ -38,24 +85,7 @@ async fn changes_are_pushed_and_an_idle_observer_sends_nothing() {
     let observer: Observer = watcher.observe(&resource).await.expect("observe");
     assert_eq!(observer.current(), None);
     let mut rx = observer.watch();
-    let a = redlock
-        .elect_with_options(
-            resource.as_str(),
-            LONG_TTL,
-            ElectOptions::default().value("a"),
-        )
-        .expect("elect");
-    let term_a = a.leader().await;
-    assert!(
-        shows(&mut rx, Duration::from_secs(5), value_is("a")).await,
-        "new term not shown"
-    );
-    assert_eq!(observer.current().map(|l| l.term), Some(term_a.number()));
-    a.proclaim("a2").await.expect("proclaim");
-    assert!(
-        shows(&mut rx, Duration::from_secs(5), value_is("a2")).await,
-        "proclaim not shown"
-    );
+    let a = first_term_shown(&redlock, &resource, &observer, &mut rx, "a2").await;
 
     // Idle: nothing changes, so nobody sends a script (the leader extends only after 40 s).
     // First let the reads that the change's messages (one per node) set off finish.
@@ -78,21 +108,7 @@ async fn changes_are_pushed_and_an_idle_observer_sends_nothing() {
         shows(&mut rx, Duration::from_secs(5), Option::is_none).await,
         "resign not shown"
     );
-    let b = redlock
-        .elect_with_options(
-            resource.as_str(),
-            LONG_TTL,
-            ElectOptions::default().value("b"),
-        )
-        .expect("elect");
-    let term_b = b.leader().await;
-    assert!(
-        shows(&mut rx, Duration::from_secs(5), value_is("b")).await,
-        "next term not shown"
-    );
-    assert_eq!(observer.current().map(|l| l.term), Some(term_b.number()));
-    b.resign().await;
-    observer.close().await;
+    next_term_shown(&redlock, &resource, observer, rx).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -306,42 +322,11 @@ async fn changes_reach_observers_without_a_read() {
         .expect_err("reads refused");
     assert!(err.to_string().contains("NOPERM"), "{err}");
 
-    let a = redlock
-        .elect_with_options(
-            resource.as_str(),
-            LONG_TTL,
-            ElectOptions::default().value("a"),
-        )
-        .expect("elect");
-    let term_a = a.leader().await;
-    assert!(
-        shows(&mut rx, Duration::from_secs(5), value_is("a")).await,
-        "claim not shown"
-    );
-    assert_eq!(observer.current().map(|l| l.term), Some(term_a.number()));
-    a.proclaim("a:2 ü").await.expect("proclaim");
-    assert!(
-        shows(&mut rx, Duration::from_secs(5), value_is("a:2 ü")).await,
-        "proclaim not shown"
-    );
+    let a = first_term_shown(&redlock, &resource, &observer, &mut rx, "a:2 ü").await;
     a.resign().await;
     assert!(
         shows(&mut rx, Duration::from_secs(5), Option::is_none).await,
         "resign not shown"
     );
-    let b = redlock
-        .elect_with_options(
-            resource.as_str(),
-            LONG_TTL,
-            ElectOptions::default().value("b"),
-        )
-        .expect("elect");
-    let term_b = b.leader().await;
-    assert!(
-        shows(&mut rx, Duration::from_secs(5), value_is("b")).await,
-        "next term not shown"
-    );
-    assert_eq!(observer.current().map(|l| l.term), Some(term_b.number()));
-    b.resign().await;
-    observer.close().await;
+    next_term_shown(&redlock, &resource, observer, rx).await;
 }
