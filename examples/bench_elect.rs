@@ -195,42 +195,27 @@ fn show(name: &str, v: &[f64]) {
     );
 }
 
-/// Every command clients sent the nodes so far (`INFO` and the commands scripts run left out).
-async fn commands(nodes: &LocalNodes) -> u64 {
-    let mut total = 0;
-    for i in 0..nodes.len() {
-        let RespValue::Bulk(Some(info)) = nodes
-            .command(i, &["INFO", "commandstats"])
-            .await
-            .expect("INFO")
-        else {
+/// Commands the nodes served so far: `(client, all)`. `all` counts the commands scripts run
+/// too (INFO commandstats counts both); `client` leaves out the commands fredlock only sends
+/// from inside its scripts in an election, so it is what clients sent: EVAL/EVALSHA,
+/// SUBSCRIBE, PING and the like. `INFO` and `CONFIG` (ours) are left out of both.
+async fn commands(nodes: &LocalNodes) -> (u64, u64) {
+    const INNER: [&str; 19] = [
+        "get", "set", "del", "exists", "hget", "hmget", "hset", "hdel", "pttl", "pexpire",
+        "expire", "publish", "zadd", "zrange", "zrem", "zrank", "zcard", "zscore", "incr",
+    ];
+    let (mut client, mut all) = (0, 0);
+    for (name, calls) in breakdown(nodes).await {
+        let name = name.trim_start_matches("cmdstat_");
+        if name == "info" || name.starts_with("config") {
             continue;
-        };
-        for line in String::from_utf8_lossy(&info).lines() {
-            // INFO is ours; the others only run inside fredlock's scripts (commandstats counts
-            // them too): what clients send is EVAL/EVALSHA, SUBSCRIBE, PING and the like.
-            let inner = [
-                "info", "get", "set", "del", "exists", "hget", "hmget", "hset", "pttl", "pexpire",
-                "publish",
-            ];
-            let name = line
-                .split(':')
-                .next()
-                .unwrap_or("")
-                .trim_start_matches("cmdstat_");
-            if inner.contains(&name) {
-                continue;
-            }
-            if let Some(calls) = line
-                .split("calls=")
-                .nth(1)
-                .and_then(|s| s.split(',').next())
-            {
-                total += calls.parse::<u64>().unwrap_or(0);
-            }
+        }
+        all += calls;
+        if !INNER.contains(&name) {
+            client += calls;
         }
     }
-    total
+    (client, all)
 }
 
 /// Calls per command, summed over the nodes.
@@ -328,6 +313,31 @@ async fn handovers(fleet: &mut Fleet, observers: &[usize], rounds: usize) {
     );
 }
 
+/// With `BENCH_ELECT_BREAKDOWN` set: the calls of each command between two [`breakdown`]s.
+fn show_breakdown(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+) {
+    if std::env::var_os("BENCH_ELECT_BREAKDOWN").is_none() {
+        return;
+    }
+    for (k, v) in after {
+        let d = v.saturating_sub(before.get(k).copied().unwrap_or(0));
+        if d > 0 {
+            println!("  {k}: {d}");
+        }
+    }
+}
+
+/// Client and all commands per second between two [`commands`] counts.
+fn per_second(before: (u64, u64), after: (u64, u64), window: Duration) -> (f64, f64) {
+    let s = window.as_secs_f64();
+    (
+        after.0.saturating_sub(before.0) as f64 / s,
+        after.1.saturating_sub(before.1) as f64 / s,
+    )
+}
+
 async fn idle(fleet: &mut Fleet, nodes: &LocalNodes, observers: usize, window: Duration) {
     let leader = fleet.spawn(&["--candidate", "--ttl-ms", "10000"]);
     loop {
@@ -343,17 +353,10 @@ async fn idle(fleet: &mut Fleet, nodes: &LocalNodes, observers: usize, window: D
     tokio::time::sleep(window).await;
     let after = commands(nodes).await;
     let stats_after = breakdown(nodes).await;
-    if std::env::var_os("BENCH_ELECT_BREAKDOWN").is_some() {
-        for (k, v) in &stats_after {
-            let d = v - stats_before.get(k).copied().unwrap_or(0);
-            if d > 0 {
-                println!("  {k}: {d}");
-            }
-        }
-    }
-    let per_s = (after - before) as f64 / window.as_secs_f64();
+    show_breakdown(&stats_before, &stats_after);
+    let (per_s, all_s) = per_second(before, after, window);
     println!(
-        "idle: {per_s:.1} client commands/s on the nodes in all ({observers} observers + 1 leader with TTL 10 s, {}s window), {:.2} per observer",
+        "idle: {per_s:.1} client commands/s on the nodes in all ({all_s:.1} with the commands scripts run; {observers} observers + 1 leader with TTL 10 s, {}s window), {:.2} per observer",
         window.as_secs(),
         per_s / observers as f64
     );
@@ -369,11 +372,14 @@ async fn idle(fleet: &mut Fleet, nodes: &LocalNodes, observers: usize, window: D
     // Let their first attempts (refused, into the line) finish.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let before = commands(nodes).await;
+    let stats_before = breakdown(nodes).await;
     tokio::time::sleep(window).await;
     let after = commands(nodes).await;
-    let per_s = (after - before) as f64 / window.as_secs_f64();
+    let stats_after = breakdown(nodes).await;
+    show_breakdown(&stats_before, &stats_after);
+    let (per_s, all_s) = per_second(before, after, window);
     println!(
-        "idle with {} candidates waiting too: {per_s:.1} client commands/s on the nodes in all ({}s window), {:.2} per participant",
+        "idle with {} candidates waiting too: {per_s:.1} client commands/s on the nodes in all ({all_s:.1} with the commands scripts run; {}s window), {:.2} per participant",
         waiting.len(),
         window.as_secs(),
         per_s / (observers + waiting.len()) as f64
@@ -523,10 +529,21 @@ async fn main() {
         .map(|_| fleet.spawn(&["--observer"]))
         .collect();
     wait_ready(&mut fleet, observers).await;
-    handovers(&mut fleet, &ids, rounds).await;
-    idle(&mut fleet, &nodes, observers, Duration::from_secs(20)).await;
-    failover(&mut fleet, &ids, rounds.min(8)).await;
-    preferred(&mut fleet, rounds.min(8)).await;
+    // `--only idle` (or handover, failover, preferred): one part of the run.
+    let only = arg(&args, "--only");
+    let part = |name: &str| only.as_deref().is_none_or(|o| o == name);
+    if part("handover") {
+        handovers(&mut fleet, &ids, rounds).await;
+    }
+    if part("idle") {
+        idle(&mut fleet, &nodes, observers, Duration::from_secs(20)).await;
+    }
+    if part("failover") {
+        failover(&mut fleet, &ids, rounds.min(8)).await;
+    }
+    if part("preferred") {
+        preferred(&mut fleet, rounds.min(8)).await;
+    }
     for id in ids {
         fleet.kill(id).await;
     }

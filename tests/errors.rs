@@ -289,6 +289,47 @@ async fn a_failing_campaign_is_visible() {
     election.resign().await;
 }
 
+/// A candidate waiting in the election's line (one acquire that may wait an hour, keeping its
+/// place) still shows a failure while it waits, and clears it once the nodes answer again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_waiting_in_line_shows_its_failure() {
+    let (mut nodes, redlock) = local_with(3, |b| b).await;
+    let other = common::build(nodes.urls(), |b| b).await;
+    let r = unique("waiting");
+    let leader = redlock.elect(&r, Duration::from_secs(30)).expect("elect");
+    leader.leader().await;
+    let waiting = other.elect(&r, Duration::from_secs(30)).expect("elect");
+    assert!(
+        common::lines::line_has(&nodes, &other, &r, 1).await,
+        "the candidate is in line"
+    );
+    assert!(waiting.campaign_failure().is_none());
+    let mut failures = waiting.watch_failures();
+    for i in 0..3 {
+        nodes.kill(i).expect("kill");
+    }
+    // Generous bounds: without the reports, the acquire would tell nothing for an hour.
+    let within = Duration::from_secs(30);
+    let failure = tokio::time::timeout(within, failures.wait_for(Option::is_some))
+        .await
+        .expect("the failure is shown while waiting")
+        .expect("campaign running")
+        .clone();
+    assert!(
+        matches!(failure, Some(Error::Unavailable { .. })),
+        "{failure:?}"
+    );
+    for i in 0..3 {
+        nodes.start_node(i).await.expect("start");
+    }
+    tokio::time::timeout(within, failures.wait_for(Option::is_none))
+        .await
+        .expect("cleared while waiting")
+        .expect("campaign running");
+    leader.resign().await;
+    waiting.resign().await;
+}
+
 /// `with_lock` returns `Lost` at the deadline; the release after the loss runs in the
 /// background. Before, the error waited for that release (a node timeout of held replies).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -330,3 +330,72 @@ async fn changes_reach_observers_without_a_read() {
     );
     next_term_shown(&redlock, &resource, observer, rx).await;
 }
+
+/// Calls of `command` summed over the nodes, once they stop changing (no call for 300 ms).
+async fn settled_calls(nodes: &LocalNodes, command: &str) -> u64 {
+    let mut before = common::calls_on_all(nodes, command).await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = common::calls_on_all(nodes, command).await;
+        if now == before {
+            return now;
+        }
+        before = now;
+    }
+}
+
+/// A new observer subscribes once on each node and reads each node once. Before, fred's
+/// announcement of the first connection (as a reconnection) made every new observer
+/// subscribe again and read everything twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_observer_subscribes_and_reads_once() {
+    let (nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
+    let watcher = common::build(nodes.urls(), |b| b).await;
+    let resource = common::unique("once");
+    let a = redlock.elect(resource.as_str(), LONG_TTL).expect("elect");
+    a.leader().await;
+    let subscribes = settled_calls(&nodes, "subscribe").await;
+    // A read of the election runs one HMGET per node (nothing else does while it is idle).
+    let reads = settled_calls(&nodes, "hmget").await;
+    let observer = watcher.observe(&resource).await.expect("observe");
+    assert!(observer.current().is_some(), "the leader is shown");
+    assert_eq!(settled_calls(&nodes, "subscribe").await - subscribes, 3);
+    assert_eq!(settled_calls(&nodes, "hmget").await - reads, 3);
+    observer.close().await;
+    a.resign().await;
+}
+
+/// Candidates of one priority send no reads while the leader extends (their observers only
+/// use the leader's priority and requests to yield, which messages bring), while an observer
+/// of the same election does read at each expected expiry (the control: the count can move).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_candidates_do_not_read_while_the_leader_extends() {
+    let (nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
+    let other = common::build(nodes.urls(), |b| b).await;
+    let resource = common::unique("quiet");
+    let ttl = Duration::from_millis(600);
+    let a = redlock.elect(resource.as_str(), ttl).expect("elect");
+    a.leader().await;
+    let b = other.elect(resource.as_str(), ttl).expect("elect");
+    assert!(common::lines::line_has(&nodes, &other, &resource, 1).await);
+    // A window of several TTLs: the leader extends a few times (publishing nothing).
+    let window = ttl * 5;
+    let reads = settled_calls(&nodes, "hmget").await;
+    tokio::time::sleep(window).await;
+    assert_eq!(
+        common::calls_on_all(&nodes, "hmget").await - reads,
+        0,
+        "the candidates read"
+    );
+    let observer = other.observe(&resource).await.expect("observe");
+    let reads = common::calls_on_all(&nodes, "hmget").await;
+    tokio::time::sleep(window).await;
+    assert!(
+        common::calls_on_all(&nodes, "hmget").await - reads >= 3,
+        "an observer reads at the expected expiry"
+    );
+    assert!(a.is_leader());
+    observer.close().await;
+    a.resign().await;
+    b.resign().await;
+}

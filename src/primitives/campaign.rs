@@ -154,13 +154,51 @@ impl Shared {
     }
 }
 
-/// How long one round of a campaign waits in line before it looks at its own state again (a
-/// failure to reach the nodes is reported after at most this long).
-const CAMPAIGN_WAIT: Duration = Duration::from_secs(5);
+/// How long one acquire of a campaign waits in line at most (it is dropped earlier when
+/// priorities or a request to yield come into play); then a new one joins at the back.
+const IN_LINE_FOR: Duration = Duration::from_secs(3600);
 
-/// Whether no yield request stands and the leader (if any) has `priority` too.
-pub(crate) fn same_priority(st: &ElectionState, priority: u32) -> bool {
-    st.yield_to.is_none() && (st.leader.is_none() || st.priority == priority)
+/// Whether a campaign of `priority` waits in the line (no other priority, no request to
+/// yield), as far as its observer knows (without one: always).
+fn in_line(state: Option<&watch::Receiver<ElectionState>>, priority: u32) -> bool {
+    state.is_none_or(|st| st.borrow().same_priority(priority))
+}
+
+/// Resolves when a campaign of `priority` waiting in line should no longer (another priority
+/// or a request to yield came into play); never without an observer.
+async fn in_line_changes(state: Option<&watch::Receiver<ElectionState>>, priority: u32) {
+    let Some(mut st) = state.cloned() else {
+        return std::future::pending().await;
+    };
+    loop {
+        if st.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        let st = st.borrow_and_update();
+        if !st.same_priority(priority) || held_back(&st, priority) {
+            return;
+        }
+    }
+}
+
+/// Records how the last attempt went: `Some` failure (logged at WARN the first time, shown by
+/// `campaign_failure`), or `None` when a quorum answered (a failure recorded before is cleared).
+fn reached(failure: &watch::Sender<Option<Error>>, e: Option<Error>, span: &tracing::Span) {
+    match e {
+        None | Some(Error::Contended { .. }) => {
+            if failure.send_if_modified(|f| f.take().is_some()) {
+                tracing::info!(parent: span, "campaign reaches a quorum of nodes again");
+            }
+        }
+        Some(e) => {
+            if failure.borrow().is_none() {
+                tracing::warn!(parent: span, error = %e, "fredlock: election campaign failing (not contention); retrying");
+            } else {
+                tracing::debug!(parent: span, error = %e, "campaign attempt failed");
+            }
+            failure.send_replace(Some(e));
+        }
+    }
 }
 
 /// Locks a mutex, a poisoned one included (its data is a plain value).
@@ -172,7 +210,7 @@ pub(crate) fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) struct Campaign {
     pub(crate) shared: Arc<Shared>,
     pub(crate) keep_alive: KeepAliveOptions,
-    pub(crate) failure: watch::Sender<Option<Error>>,
+    pub(crate) failure: Arc<watch::Sender<Option<Error>>>,
 }
 
 /// How a term of this participant ended.
@@ -191,7 +229,7 @@ impl Campaign {
         let observer = tokio::select! {
             biased;
             _ = &mut stop => return,
-            o = s.redlock.observe(&s.resource) => o.ok(),
+            o = s.redlock.observe_as(&s.resource, Some(s.priority)) => o.ok(),
         };
         let mut state = observer.as_ref().map(Observer::state);
         loop {
@@ -222,24 +260,28 @@ impl Campaign {
         let retry = s.redlock.inner.retry;
         loop {
             let held_back = state.is_some_and(|st| held_back(&st.borrow(), s.priority));
-            // With no priorities in play, wait in the resource's line: a resign or a lost term
-            // wakes the next candidate at once. Otherwise one attempt per retry pause, so that
-            // a preferred candidate asks the leader to yield and lower ones hold back.
-            let in_line =
-                !held_back && state.is_none_or(|st| same_priority(&st.borrow(), s.priority));
-            let wait = if in_line {
-                CAMPAIGN_WAIT
-            } else {
-                Duration::ZERO
-            };
-            let mut options = AcquireOptions::new().wait(wait);
+            // With no priorities in play, wait in the resource's line, for as long as that
+            // holds (the place is kept: turns in arrival order): a resign or a lost term wakes
+            // the next candidate at once. Otherwise one attempt per retry pause, so that a
+            // preferred candidate asks the leader to yield and lower ones hold back.
+            let in_line = !held_back && in_line(state, s.priority);
+            let mut options = AcquireOptions::new().wait(match in_line {
+                true => IN_LINE_FOR,
+                false => Duration::ZERO,
+            });
             options.fenced = true;
+            if in_line {
+                // Failures are told while it waits, not when the wait ends.
+                let (failure, span) = (self.failure.clone(), span.clone());
+                options.report = Some(Arc::new(move |e| reached(&failure, e, &span)));
+            }
             let attempt = if held_back {
                 Ok(None)
             } else {
                 tokio::select! {
                     biased;
                     _ = &mut *stop => return None,
+                    () = in_line_changes(state, s.priority), if in_line => continue,
                     r = s.redlock.acquire_using(s.resource.as_str(), s.ttl, &options) => match r {
                         Ok(lock) => Ok(Some(lock)),
                         Err(Error::Contended { .. }) => Ok(None),
@@ -247,22 +289,15 @@ impl Campaign {
                     },
                 }
             };
-            match attempt {
-                Ok(found) => {
-                    if self.failure.send_if_modified(|f| f.take().is_some()) {
-                        tracing::info!(parent: span, "campaign reaches a quorum of nodes again");
-                    }
-                    match found {
-                        Some(lock) => match self.claim(&lock, span).await {
-                            Ok(Some(number)) => return Some((lock, number)),
-                            Ok(None) => {}
-                            Err(e) => self.failing(e, span),
-                        },
-                        None if !held_back => self.maybe_preempt(state, retry).await,
-                        None => {}
-                    }
+            reached(&self.failure, attempt.as_ref().err().cloned(), span);
+            if let Ok(Some(lock)) = attempt {
+                match self.claim(&lock, span).await {
+                    Ok(Some(number)) => return Some((lock, number)),
+                    Ok(None) => {}
+                    Err(e) => reached(&self.failure, Some(e), span),
                 }
-                Err(e) => self.failing(e, span),
+            } else if let (Ok(None), false) = (&attempt, held_back) {
+                self.maybe_preempt(state, retry).await;
             }
             if in_line {
                 continue;
@@ -274,17 +309,6 @@ impl Campaign {
                 () = tokio::time::sleep(pause) => {}
             }
         }
-    }
-
-    /// An attempt failed for another reason than contention: logged (at WARN the first time)
-    /// and shown by `campaign_failure`.
-    fn failing(&self, e: Error, span: &tracing::Span) {
-        if self.failure.borrow().is_none() {
-            tracing::warn!(parent: span, error = %e, "fredlock: election campaign failing (not contention); retrying");
-        } else {
-            tracing::debug!(parent: span, error = %e, "campaign attempt failed");
-        }
-        self.failure.send_replace(Some(e));
     }
 
     /// Writes the record of a term just won: its number, or `None` when a later term exists or
@@ -375,7 +399,13 @@ impl Campaign {
         let s = &self.shared;
         let since = lock.acquired_at();
         let lock_value = lock.value().to_string();
-        let vacant = state.as_ref().and_then(|st| st.borrow().vacant_since);
+        // Vacant since the observer saw no leader, or (its reads skipped, see
+        // `Redlock::observe_as`) since the last leader's validity ran out.
+        let vacant = state.as_ref().and_then(|st| {
+            let st = st.borrow();
+            let expired = st.leader.as_ref().map(|l| l.valid_until);
+            st.vacant_since.or(expired.filter(|&t| t <= Instant::now()))
+        });
         let guard = match lock.keep_alive_with(self.keep_alive.clone()) {
             Ok(g) => g,
             // Validated in elect_with_options; the lock is released as it drops.

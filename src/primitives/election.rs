@@ -152,7 +152,7 @@ impl Redlock {
         let campaign = Campaign {
             shared: shared.clone(),
             keep_alive: options.keep_alive,
-            failure: failure_tx,
+            failure: Arc::new(failure_tx),
         };
         let task = tokio::spawn(campaign.run(stop_rx));
         Ok(Election {

@@ -90,6 +90,13 @@ pub(crate) struct ElectionState {
     pub(crate) vacant_since: Option<Instant>,
 }
 
+impl ElectionState {
+    /// Whether no request to yield stands and the leader (if any) has `priority` too.
+    pub(crate) fn same_priority(&self, priority: u32) -> bool {
+        self.yield_to.is_none() && (self.leader.is_none() || self.priority == priority)
+    }
+}
+
 fn unexpected(node: &str, wanted: &str) -> NodeError {
     NodeError {
         node: node.to_string(),

@@ -114,6 +114,19 @@ impl Redlock {
     ///
     /// Cancellation: dropping the future closes what it opened.
     pub async fn observe(&self, resource: &str) -> Result<Observer> {
+        self.observe_as(resource, None).await
+    }
+
+    /// [`observe`](Self::observe) for a campaign of `priority` (`Some`): it skips the reads at
+    /// the leader's expected expiry while the leader has that same priority and nobody asks to
+    /// yield. The campaign only uses the leader's priority and the requests to yield, and a
+    /// stale view of a leader of its own priority changes neither (the line's head notices an
+    /// expired holder by itself).
+    pub(crate) async fn observe_as(
+        &self,
+        resource: &str,
+        campaign: Option<u32>,
+    ) -> Result<Observer> {
         self.check_election_name(resource)?;
         let (leader_tx, leader_rx) = watch::channel(None);
         let (state_tx, state_rx) = watch::channel(ElectionState::default());
@@ -144,6 +157,7 @@ impl Redlock {
             state: state_tx,
             known: vec![None; self.inner.nodes.len()],
             subscribed: subscribed_rx.clone(),
+            campaign,
         };
         // Wait for the subscriptions (bounded), then read once before handing it out.
         let _ =
@@ -169,6 +183,8 @@ struct Reader {
     known: Vec<Option<Stamped>>,
     /// How many nodes' subscriber connections have subscribed (once each).
     subscribed: watch::Receiver<usize>,
+    /// The priority of the campaign this observer serves (see [`Redlock::observe_as`]).
+    campaign: Option<u32>,
 }
 
 impl Reader {
@@ -203,7 +219,8 @@ impl Reader {
     /// Names the leader the known views show; returns when to read again without a message.
     fn show(&self) -> Option<Instant> {
         let mut state = tally(&self.known, self.redlock.inner.quorum);
-        let next = state.recheck_at;
+        let quiet = self.campaign.is_some_and(|p| state.same_priority(p));
+        let next = state.recheck_at.filter(|_| !quiet);
         if state.leader.is_none() {
             let before = self.state.borrow().vacant_since;
             state.vacant_since = before.or(Some(Instant::now()));
@@ -430,7 +447,7 @@ impl Subscriber {
     }
 
     async fn serve(&mut self, client: &fred::clients::Client) {
-        use tokio::sync::broadcast::error::RecvError;
+        use tokio::sync::broadcast::error::{RecvError, TryRecvError};
         let mut messages = client.message_rx();
         let mut reconnects = client.reconnect_rx();
         let mut errors = client.error_rx();
@@ -439,6 +456,12 @@ impl Subscriber {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
+        // fred also announces the first connection as a reconnection: the subscription below
+        // covers it (otherwise every new observer subscribed and read twice).
+        while !matches!(
+            reconnects.try_recv(),
+            Err(TryRecvError::Empty | TryRecvError::Closed)
+        ) {}
         let mut first = true;
         // Subscribe (again), then read: what was published while unsubscribed is read then.
         let mut resubscribe = true;

@@ -220,7 +220,7 @@ impl Semaphore {
         };
         tracing::Instrument::instrument(
             self.redlock
-                .with_retries(retry, wait, &name, line, ttl, attempt),
+                .with_retries(retry, (wait, None), &name, line, ttl, attempt),
             span,
         )
         .await

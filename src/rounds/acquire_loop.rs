@@ -23,6 +23,11 @@ use crate::rounds::attempt::{Failure, Grant, Turn};
 use crate::rounds::handover::Handoff;
 use crate::rounds::redlock::{random_up_to, Inner, Redlock, Retry};
 
+/// Told after each attempt that was not granted (see `AcquireOptions::report`): `Some` with the
+/// error the acquire would return for it when nodes failed or the validity ran out, `None`
+/// when the nodes answered and refused (contention).
+pub(crate) type Report = Arc<dyn Fn(Option<Error>) + Send + Sync>;
+
 impl Redlock {
     /// The retry loop of every acquire: runs `attempt` until it succeeds, or it has waited
     /// `retry.attempts - 1` pauses (without `wait`), or the next attempt would start after
@@ -46,7 +51,7 @@ impl Redlock {
     pub(crate) async fn with_retries<T, F, Fut>(
         &self,
         retry: Retry,
-        wait: Option<Duration>,
+        (wait, report): (Option<Duration>, Option<&Report>),
         resources: &[String],
         line: Option<WaitLine>,
         ttl: Duration,
@@ -58,7 +63,7 @@ impl Redlock {
     {
         let started = Instant::now();
         let result = self
-            .retry_loop(retry, wait, resources, line, ttl, attempt)
+            .retry_loop(retry, (wait, report), resources, line, ttl, attempt)
             .await;
         let outcome = match &result {
             Ok(_) => "granted",
@@ -75,7 +80,7 @@ impl Redlock {
     async fn retry_loop<T, F, Fut>(
         &self,
         retry: Retry,
-        wait: Option<Duration>,
+        (wait, report): (Option<Duration>, Option<&Report>),
         resources: &[String],
         line: Option<WaitLine>,
         ttl: Duration,
@@ -91,6 +96,9 @@ impl Redlock {
                 Ok(value) => return Ok(value),
                 Err(failure) => failure,
             };
+            if let Some(report) = report {
+                report(state.reported(&failure));
+            }
             match state.decide(failure) {
                 Decision::GiveUp(e) => return Err(e),
                 Decision::Again => {}
@@ -259,6 +267,18 @@ impl<'a> Acquiring<'a> {
         tracing::Span::current().record("attempt", self.attempts);
         tracing::debug!("acquired");
         Ok(value)
+    }
+
+    /// What a [`Report`] is told of a refused attempt: the error for it, unless the nodes
+    /// answered and only contention stood in the way.
+    fn reported(&self, failure: &Failure) -> Option<Error> {
+        let copy = match failure {
+            Failure::Contended(_) | Failure::Queued(..) => return None,
+            Failure::Unavailable(votes) => Failure::Unavailable(votes.clone()),
+            Failure::Expired(elapsed) => Failure::Expired(*elapsed),
+            Failure::Rejected(e) => Failure::Rejected(e.clone()),
+        };
+        Some(self.give_up_after(copy))
     }
 
     /// Step 2: after a refused attempt, give up, attempt again at once, or plan a wait.

@@ -388,6 +388,9 @@ pub struct AcquireOptions {
     /// Hand out a fencing token with this lock even when the Redlock does not (elections).
     pub(crate) fenced: bool,
     hold_at_least: Option<Duration>,
+    /// Told after every attempt that was not granted: the error when nodes failed, `None` when
+    /// a quorum answered (an election's campaign reports its failures while it waits).
+    pub(crate) report: Option<crate::rounds::acquire_loop::Report>,
 }
 
 impl std::fmt::Debug for AcquireOptions {
@@ -653,8 +656,9 @@ impl Redlock {
             lock.set_hold_at_least(hold_at_least);
             Ok(lock)
         };
+        let report = options.report.as_ref();
         let lock = self
-            .with_retries(retry, wait, &req.resources, line, ttl, attempt)
+            .with_retries(retry, (wait, report), &req.resources, line, ttl, attempt)
             .instrument(span.clone())
             .await?;
         span.record("remaining_ms", lock.remaining().as_millis() as u64);
