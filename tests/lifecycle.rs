@@ -334,3 +334,100 @@ async fn a_failed_shortening_extend_lowers_the_deadline() {
         p.set(fredlock_testkit::Fault::Pass);
     }
 }
+
+/// Acquire scripts (a fenced acquire here: it creates the key) go whole once per connection,
+/// then by hash; after a SCRIPT FLUSH, the flushed nodes refuse one attempt (the script did not
+/// run, and it is never resent) and the next attempt sends the body again: an acquire with
+/// retries succeeds, and every key is released. Before, every acquire sent the whole body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_scripts_go_by_hash_after_their_first_use() {
+    let (nodes, redlock) = local_with(3, |b| b.fencing_tokens(true)).await;
+    let r = unique("by-hash");
+    let key = redlock.key(&r);
+    // The gate node of the resource's wait line runs its line scripts as well: left out.
+    let gate = redlock.line_node(&r);
+    let others: Vec<usize> = (0..3).filter(|&n| Some(n) != gate).collect();
+    // One acquire and release, each followed by a wait until nothing is in flight (the calls
+    // after a quorum answered: otherwise the next commands could share a batch with them, and
+    // a batch is always sent whole).
+    let all = [0, 1, 2];
+    let cycle = || async {
+        let lock = redlock.acquire(r.as_str(), Duration::from_secs(10)).await;
+        let lock = lock.expect("acquire");
+        settled(&nodes, &all, &["eval", "evalsha"]).await;
+        lock.release().await.expect("release");
+        settled(&nodes, &all, &["eval", "evalsha"]).await;
+        for n in all {
+            let gone = nodes.command(n, &["EXISTS", key.as_str()]).await.ok();
+            assert_eq!(
+                gone,
+                Some(fredlock_testkit::RespValue::Integer(0)),
+                "node {n}"
+            );
+        }
+    };
+    // Warm-up: the first cycles send each script's body once per connection.
+    for _ in 0..2 {
+        cycle().await;
+    }
+    let before = settled(&nodes, &others, &["eval"]).await;
+    for _ in 0..5 {
+        cycle().await;
+    }
+    assert_eq!(
+        settled(&nodes, &others, &["eval"]).await,
+        before,
+        "a body was sent again"
+    );
+    for n in 0..3 {
+        nodes.script_flush(n).await.unwrap();
+    }
+    // Each node sends each script whole once more, at its next use there (which may come some
+    // cycles later: after a refused attempt the key counts as contended for 2 s, and an
+    // attempt asks the gate first, then the other nodes only until a quorum answered); then
+    // only by hash again.
+    for _ in 0..8 {
+        cycle().await;
+    }
+    let after = settled(&nodes, &others, &["eval"]).await;
+    for (b, a) in before.iter().zip(&after) {
+        assert!((1..=6).contains(&(a - b)), "{before:?} -> {after:?}");
+    }
+    for _ in 0..5 {
+        cycle().await;
+    }
+    assert_eq!(
+        settled(&nodes, &others, &["eval"]).await,
+        after,
+        "a body was sent again"
+    );
+}
+
+/// The calls of `commands` on each of `ns` (summed per node) once they stop changing for
+/// 300 ms.
+async fn settled(
+    nodes: &fredlock_testkit::LocalNodes,
+    ns: &[usize],
+    commands: &[&str],
+) -> Vec<u64> {
+    let read = || async {
+        let mut out = Vec::new();
+        for &n in ns {
+            let mut calls = 0;
+            for c in commands {
+                calls += command_calls(nodes, n, c).await;
+            }
+            out.push(calls);
+        }
+        out
+    };
+    let mut last = read().await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = read().await;
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}

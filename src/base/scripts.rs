@@ -12,7 +12,12 @@
 //!   release queued behind it, setting a key nobody releases (the SCRIPT FLUSH test caught it).
 //!
 //! A resent extend lands at worst after a release, where it finds no token and does nothing.
-//! EVAL costs ~250 bytes more on the wire and a SHA1 on the server.
+//! EVAL costs the script's body on the wire (up to 1.6 KB) and a SHA1 of it on the server.
+//!
+//! So the scripts that must never be resent (`always_eval`, each with its own [`Script::slot`])
+//! go whole until a connection to a single server has run them once, and then by EVALSHA
+//! without any resend: a `NOSCRIPT` answer means the script did not run, so that node simply
+//! refuses that one attempt (its retry sends the body again); nothing can land late.
 //!
 //! All scripts touch only their `KEYS`, and all of one call's keys share a hash slot on a Redis
 //! Cluster node (`slots` names derived keys that way; `node` splits a multi-resource lock into one
@@ -29,9 +34,16 @@ use crate::base::sem_rw_scripts::{
 pub(crate) struct Script {
     pub(crate) body: &'static str,
     pub(crate) sha: String,
-    /// Send the body every time (EVAL), never the hash.
+    /// Never resend: the body (EVAL) until the server is known to have it, then the hash
+    /// (EVALSHA) with no resend on `NOSCRIPT` (see the top of this file).
     pub(crate) always_eval: bool,
+    /// For an `always_eval` script: its bit among the scripts a connection knows the server
+    /// has (`Caps::knows`).
+    pub(crate) slot: Option<u8>,
 }
+
+/// The next `always_eval` script's slot.
+static NEXT_SLOT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
 impl Script {
     fn new(body: &'static str) -> Self {
@@ -39,12 +51,15 @@ impl Script {
             body,
             sha: fred::util::sha1_hash(body),
             always_eval: false,
+            slot: None,
         }
     }
 
     fn eval_only(body: &'static str) -> Self {
+        let slot = NEXT_SLOT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Script {
             always_eval: true,
+            slot: (slot < 64).then_some(slot),
             ..Script::new(body)
         }
     }

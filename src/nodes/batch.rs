@@ -528,7 +528,12 @@ async fn by_sha(
                 state.caps.set_cached(cached, false);
                 let cmd = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
                 let call = with.custom::<Value, Value>(cmd, body());
-                Box::pin(call).await.map_err(|e| state.error(&e))
+                let reply = Box::pin(call).await.map_err(|e| state.error(&e));
+                // The server has the script again.
+                if reply.is_ok() {
+                    state.caps.set_cached(cached, true);
+                }
+                reply
             }
             other => other.map_err(|e| state.error(&e)),
         }

@@ -68,6 +68,9 @@ pub(crate) struct Caps {
     /// server has them cached and EVALSHA finds them (unless someone flushed the cache
     /// meanwhile): one bit each.
     cached: AtomicU8,
+    /// The `always_eval` scripts (by `Script::slot`) known to be in the server's cache: sent
+    /// by EVALSHA, never resent (see `scripts`).
+    known: std::sync::atomic::AtomicU64,
 }
 
 /// The scripts sent whole until they are known to be in the server's cache, then by hash: a
@@ -89,6 +92,7 @@ impl Default for Caps {
             server: Mutex::new("this server".into()),
             denied: Mutex::new(String::new()),
             cached: AtomicU8::new(0),
+            known: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }
@@ -140,6 +144,21 @@ impl Caps {
     /// server, or a restarted one (its script cache is empty).
     pub(crate) fn forget_scripts(&self) {
         self.cached.store(0, Ordering::Relaxed);
+        self.known.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether the `always_eval` script in `slot` is known to be in the server's cache.
+    pub(crate) fn knows(&self, slot: u8) -> bool {
+        self.known.load(Ordering::Relaxed) & (1u64 << (slot & 63)) != 0
+    }
+
+    /// Records whether the `always_eval` script in `slot` is in the server's cache.
+    pub(crate) fn set_known(&self, slot: u8, known: bool) {
+        let bit = 1u64 << (slot & 63);
+        match known {
+            true => self.known.fetch_or(bit, Ordering::Relaxed),
+            false => self.known.fetch_and(!bit, Ordering::Relaxed),
+        };
     }
 
     pub(crate) fn set_cached(&self, script: Cached, cached: bool) {

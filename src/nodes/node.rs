@@ -304,8 +304,9 @@ impl Node {
         }
     }
 
-    /// EVALSHA, and on NOSCRIPT an immediate EVAL on the same connection. EVAL-only scripts are
-    /// always sent whole. `args(first)` builds the arguments after the script or its hash.
+    /// EVALSHA, and on NOSCRIPT an immediate EVAL on the same connection. `always_eval`
+    /// scripts are never resent: whole until the server is known to have them, then by hash
+    /// (see `never_resent`). `args(first)` builds the arguments after the script or its hash.
     ///
     /// The one rule for late answers lives here: a script, once handed to fred, runs its whole
     /// protocol whether or not its caller still waits (see `batch::Finish`): a round that
@@ -314,7 +315,7 @@ impl Node {
     /// is safe because every script sent by hash only changes keys that already hold our
     /// value, or raises a max-register: landing late, after later commands of ours, it acts on
     /// nothing that is not ours. Scripts that may CREATE a key (the acquires, the batch, the
-    /// release) are `always_eval` and sent once, whole: never resent behind a clean-up.
+    /// release) are `always_eval` and sent once: never resent behind a clean-up.
     pub(super) async fn eval_with(
         &self,
         script: &Script,
@@ -325,8 +326,7 @@ impl Node {
             return Err(e);
         }
         if script.always_eval {
-            let reply = self.call("EVAL", 2, args(script.body), timeout).await;
-            return crate::nodes::native::scripted(&self.state, reply);
+            return self.never_resent(script, timeout, args).await;
         }
         let route = (self.backend.clone(), self.batch.clone(), self.state.clone());
         let (sha, body) = (args(&script.sha), script.body);
@@ -346,6 +346,41 @@ impl Node {
             crate::nodes::native::scripted(&state, reply)
         };
         crate::nodes::batch::Finish::new(work).await
+    }
+
+    /// An `always_eval` script: whole, until a single server is known to have it; then by
+    /// hash, and a `NOSCRIPT` answer (the script did not run) is this node's refusal of this
+    /// one call, never resent (a resend could land after what the caller sent next).
+    async fn never_resent(
+        &self,
+        script: &Script,
+        timeout: Duration,
+        args: impl Fn(&str) -> Vec<Value>,
+    ) -> Result<Value, NodeError> {
+        let caps = &self.state.caps;
+        let slot = script
+            .slot
+            .filter(|_| matches!(self.backend, Backend::Server(_)));
+        if let Some(slot) = slot.filter(|&s| caps.knows(s)) {
+            let reply = self.call("EVALSHA", 2, args(&script.sha), timeout).await;
+            if let Err(e) = &reply {
+                if e.kind == NodeErrorKind::Server && e.message.contains("NOSCRIPT") {
+                    caps.set_known(slot, false);
+                }
+            }
+            return crate::nodes::native::scripted(&self.state, reply);
+        }
+        // A round that decided without this node drops the call: the body was most likely
+        // sent, so it counts as known then too (if not, one NOSCRIPT later sends it again).
+        let mut known = slot.map(|slot| KnownOnDrop { caps, slot });
+        let reply = self.call("EVAL", 2, args(script.body), timeout).await;
+        if let Some(k) = known.take() {
+            std::mem::forget(k);
+            if let (Some(slot), true) = (slot, reply.is_ok()) {
+                caps.set_known(slot, true);
+            }
+        }
+        crate::nodes::native::scripted(&self.state, reply)
     }
 
     /// A script over `held`'s keys with ARGV = token (and `extra`).
@@ -421,6 +456,19 @@ impl Node {
             kind: NodeErrorKind::UnexpectedReply,
             message: format!("a slot's reply lacked its {what}"),
         }
+    }
+}
+
+/// Marks an `always_eval` script as in the server's cache when its EVAL's caller stops waiting
+/// (see `Node::never_resent`).
+struct KnownOnDrop<'a> {
+    caps: &'a crate::nodes::caps::Caps,
+    slot: u8,
+}
+
+impl Drop for KnownOnDrop<'_> {
+    fn drop(&mut self) {
+        self.caps.set_known(self.slot, true);
     }
 }
 
