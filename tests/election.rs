@@ -179,3 +179,38 @@ async fn term_ended_fires_when_the_term_is_lost() {
     assert!(election.current_term().is_none());
     election.resign().await;
 }
+
+/// `step_down` ends the term and keeps the candidate campaigning at the back of the line:
+/// leadership goes round the candidates in the order they joined (a, b, c, then a again), a new
+/// term each time; a candidate that does not lead is told so and keeps waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stepping_down_passes_the_term_round_the_line() {
+    let (nodes, first) = common::local_with(3, |b| b.retry(RETRY)).await;
+    let mut redlocks = vec![first];
+    for _ in 0..2 {
+        redlocks.push(common::build(nodes.urls(), |b| b.retry(RETRY)).await);
+    }
+    let r = common::unique("rotate");
+    let ttl = Duration::from_secs(10);
+    let a = redlocks[0].elect(r.as_str(), ttl).expect("elect");
+    let mut last = a.leader().await.number();
+    let b = redlocks[1].elect(r.as_str(), ttl).expect("elect");
+    assert!(common::lines::line_has(&nodes, &redlocks[1], &r, 1).await);
+    let c = redlocks[2].elect(r.as_str(), ttl).expect("elect");
+    assert!(common::lines::line_has(&nodes, &redlocks[2], &r, 2).await);
+    assert!(!b.step_down().await, "b does not lead");
+    for (from, to) in [(&a, &b), (&b, &c), (&c, &a)] {
+        assert!(from.step_down().await, "the leader steps down");
+        let term = tokio::time::timeout(Duration::from_secs(10), to.leader())
+            .await
+            .expect("the first in line leads next");
+        assert!(term.number() > last, "a new term");
+        last = term.number();
+        assert!(!from.is_leader());
+        // The one that stepped down waits in line again, behind the other.
+        assert!(common::lines::line_has(&nodes, &redlocks[0], &r, 2).await);
+    }
+    for e in [a, b, c] {
+        e.resign().await;
+    }
+}

@@ -17,7 +17,7 @@
 //! | `fredlock_node_usable` | gauge | `node` | 1 while the node's votes count (connected, identified, accepting our credentials), 0 while they do not (down, refusing connections or credentials, or the same server as another entry); sum it for the usable nodes |
 //! | `fredlock_election_leader` | gauge | `election` | 1 while this process leads the election, else 0 |
 //! | `fredlock_election_terms_total` | counter | `election` | terms this process began (became leader) |
-//! | `fredlock_election_term_ends_total` | counter | `election`, `reason` | terms of this process that ended: `resigned`, `yielded` (to a preferred candidate), `lost` |
+//! | `fredlock_election_term_ends_total` | counter | `election`, `reason` | terms of this process that ended: `resigned`, `stepped_down` (`Election::step_down`), `yielded` (to a preferred candidate), `lost` |
 //! | `fredlock_election_handover_seconds` | histogram | `election` | from the moment this process saw no leader to its own term beginning |
 //!
 //! Owns: the names and labels. Must not: decide anything (it only observes).
@@ -172,7 +172,7 @@ pub(crate) fn leading(election: &str, leads: bool) {
     let _ = (election, leads);
 }
 
-/// A term of `election` of this process ended, for `reason` (`resigned`, `yielded`, `lost`).
+/// A term of `election` of this process ended, for `reason` (`resigned`, `stepped_down`, `yielded`, `lost`).
 #[inline]
 pub(crate) fn term_ended(election: &str, reason: &'static str) {
     #[cfg(feature = "metrics")]

@@ -129,6 +129,10 @@ pub(crate) struct Shared {
     pub(crate) lock_value: Mutex<Option<(String, u64)>>,
     /// When the leader's lock was last acquired or extended.
     pub(crate) renewed: Mutex<Option<Instant>>,
+    /// The term `Election::step_down` asks to end (0: none yet).
+    pub(crate) step_down: watch::Sender<u64>,
+    /// The last term of this participant that is over (released, or lost).
+    pub(crate) ended: watch::Sender<u64>,
 }
 
 impl Shared {
@@ -413,6 +417,8 @@ impl Campaign {
         };
         let handle = guard.handle();
         let mut changes = handle.changes();
+        // Before the role says leader: a step-down asked for this term is not missed.
+        let mut step_down = s.step_down.subscribe();
         // The fingerprint, never the token: logs are read by many.
         tracing::info!(parent: span, fingerprint = %handle.fingerprint(), term = number, "became leader");
         *locked(&s.lock_value) = Some((lock_value, 1));
@@ -453,6 +459,12 @@ impl Campaign {
                         Role::Follower => false,
                     });
                 }
+                Ok(()) = step_down.changed() => {
+                    if *step_down.borrow_and_update() == number {
+                        tracing::info!(parent: span, term = number, "stepping down; campaigning again");
+                        break "stepped_down";
+                    }
+                }
                 () = state_changed(state.as_deref_mut()) => {
                     let asked = state.as_ref().and_then(|st| st.borrow().yield_to);
                     if let Some((term, priority, until)) = asked {
@@ -477,6 +489,13 @@ impl Campaign {
             }
             s.redlock.notify_observers(&s.resource).await;
         }
+        if ended == "stepped_down" {
+            // Back into the line at once: the next attempt asks the gate first (refused while
+            // the woken head is in line), so it never takes the other nodes from the head.
+            let key = s.redlock.key(&s.resource);
+            s.redlock.inner.line.mark_hot(&key);
+        }
+        s.ended.send_replace(number);
         if ended == "resigned" {
             tracing::info!(parent: span, "resigned");
             return Ended::Resigned;

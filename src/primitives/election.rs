@@ -148,6 +148,8 @@ impl Redlock {
             value: Mutex::new(options.value),
             lock_value: Mutex::new(None),
             renewed: Mutex::new(None),
+            step_down: watch::channel(0).0,
+            ended: watch::channel(0).0,
         });
         let campaign = Campaign {
             shared: shared.clone(),
@@ -358,6 +360,25 @@ impl Election {
             "election {}: leader, but its lock was last renewed {age:?} ago (bound {bound:?}): the nodes are unreachable or slow from here; check campaign_failure() and the nodes",
             self.shared.resource
         ))
+    }
+
+    /// Ends the current term, if this participant leads, and stays a candidate: the term's lock
+    /// is released and observers are told, as for [`resign`](Self::resign), and the campaign
+    /// joins the back of the election's line at once, so the candidate first in line leads
+    /// next (with nobody else waiting, this one leads again, in a new term). For leaders that
+    /// hand over after each job or on a schedule, without a new [`Election`] and its
+    /// connections. Returns `false` at once when not leading; otherwise once the term is over
+    /// (released, or lost meanwhile).
+    ///
+    /// Cancellation: dropping the future does not take the request back: the term ends anyway.
+    pub async fn step_down(&self) -> bool {
+        let Some(number) = self.current_term().map(|t| t.number()) else {
+            return false;
+        };
+        let mut ended = self.shared.ended.subscribe();
+        self.shared.step_down.send_replace(number);
+        let _ = ended.wait_for(|&n| n >= number).await;
+        true
     }
 
     /// Stops campaigning; if leader, releases the lock first (awaited) and becomes follower.

@@ -52,7 +52,7 @@ async fn redlock(urls: &[String], client: Client) -> Redlock {
     Redlock::builder()
         .nodes(urls.to_vec())
         .retry(waiters::RETRY)
-        .wake_on_release(client == Client::Default)
+        .wake_on_release(client != Client::Polling)
         .build()
         .await
         .expect("build a Redlock")
@@ -155,6 +155,7 @@ pub async fn run(
     let cpu0 = process_cpu();
     let mut result = match (&contender, &elector) {
         (Some(c), _) => contend(c, key, w.end).await,
+        (_, Some(r)) if client == Client::StepDown => rotate(r, key, w.end).await,
         (_, Some(r)) => campaign(r, key, w.end).await,
         _ => unreachable!("a contender or an elector"),
     };
@@ -182,6 +183,26 @@ async fn warm_elector(urls: &[String], client: Client, key: &str, index: usize) 
     let lock = redlock.acquire(warm.as_str(), TTL).await.expect("warm-up");
     lock.release().await.expect("warm-up");
     redlock
+}
+
+/// One campaign until `end`: each term held [`TERM`], then ended with `step_down` (the
+/// campaign goes on, at the back of the line).
+async fn rotate(redlock: &Redlock, key: &str, end: tokio::time::Instant) -> ChildResult {
+    let mut result = ChildResult::default();
+    let election = redlock.elect(key, TTL).expect("elect");
+    while tokio::time::Instant::now() < end {
+        let Ok(_term) = tokio::time::timeout_at(end, election.leader()).await else {
+            break;
+        };
+        let began = unix_ns();
+        tokio::time::sleep(TERM).await;
+        let resigned = unix_ns();
+        election.step_down().await;
+        result.acquired += 1;
+        result.terms.push((began, resigned));
+    }
+    election.resign().await;
+    result
 }
 
 /// Campaigns until `end`: each term held [`TERM`], then resigned, then a new campaign.

@@ -72,6 +72,10 @@ pub enum Client {
     Polling,
     /// rslock 0.10 (polls after a random pause in `[0, 10 ms)`; mutex cells only).
     Rslock,
+    /// fredlock default, elections only: one `Election` per child for the whole window, its
+    /// leader ending each term with `step_down` (campaigning again at the back of the line)
+    /// instead of resigning and making a new `Election`.
+    StepDown,
 }
 
 impl Client {
@@ -80,6 +84,7 @@ impl Client {
             Client::Default => "fredlock default",
             Client::Polling => "fredlock polling",
             Client::Rslock => "rslock 0.10",
+            Client::StepDown => "fredlock step down",
         }
     }
     fn arg(self) -> &'static str {
@@ -87,12 +92,18 @@ impl Client {
             Client::Default => "default",
             Client::Polling => "polling",
             Client::Rslock => "rslock",
+            Client::StepDown => "stepdown",
         }
     }
     fn parse(s: &str) -> Option<Client> {
-        [Client::Default, Client::Polling, Client::Rslock]
-            .into_iter()
-            .find(|c| c.arg() == s)
+        [
+            Client::Default,
+            Client::Polling,
+            Client::Rslock,
+            Client::StepDown,
+        ]
+        .into_iter()
+        .find(|c| c.arg() == s)
     }
 }
 
@@ -103,7 +114,8 @@ pub enum Work {
     Mutex,
     /// A semaphore of [`PERMITS`] permits: acquire, hold 1 ms, release.
     Semaphore,
-    /// One leadership: campaign, hold the term [`TERM`], resign, campaign again.
+    /// One leadership: campaign, hold the term [`TERM`], resign, campaign again (or step
+    /// down, with [`Client::StepDown`]).
     Election,
 }
 
@@ -124,7 +136,8 @@ impl Work {
     pub fn clients(self) -> &'static [Client] {
         match self {
             Work::Mutex => &[Client::Default, Client::Polling, Client::Rslock],
-            _ => &[Client::Default, Client::Polling],
+            Work::Semaphore => &[Client::Default, Client::Polling],
+            Work::Election => &[Client::Default, Client::Polling, Client::StepDown],
         }
     }
 }

@@ -280,12 +280,17 @@ impl Fleet {
         let e = Work::Election;
         for n in PROCESSES {
             if let Some(c) = self.cell(e, d, n) {
-                let polling = self
-                    .cell(e, p, n)
-                    .map_or(f64::NAN, |c| c.commands_per_acquisition);
+                let per_term = |client| {
+                    self.cell(e, client, n)
+                        .map_or(f64::NAN, |c| c.commands_per_acquisition)
+                };
+                let (polling, step_down) = (per_term(p), per_term(Client::StepDown));
                 target(
                     &format!("election, P = {n}: Redis commands / term ≤ 50"),
-                    format!("{:.1} (polling {polling:.1})", c.commands_per_acquisition),
+                    format!(
+                        "{:.1} (polling {polling:.1}; step down {step_down:.1})",
+                        c.commands_per_acquisition
+                    ),
                     "50".into(),
                     c.commands_per_acquisition / 50.0,
                     c.commands_per_acquisition <= 50.0,
