@@ -329,8 +329,12 @@ fn show_breakdown(
     }
 }
 
-/// Client and all commands per second between two [`commands`] counts.
-fn per_second(before: (u64, u64), after: (u64, u64), window: Duration) -> (f64, f64) {
+/// Client and all commands per second over `window` (see [`commands`]).
+async fn idle_window(nodes: &LocalNodes, window: Duration) -> (f64, f64) {
+    let (before, stats_before) = (commands(nodes).await, breakdown(nodes).await);
+    tokio::time::sleep(window).await;
+    let (after, stats_after) = (commands(nodes).await, breakdown(nodes).await);
+    show_breakdown(&stats_before, &stats_after);
     let s = window.as_secs_f64();
     (
         after.0.saturating_sub(before.0) as f64 / s,
@@ -348,13 +352,7 @@ async fn idle(fleet: &mut Fleet, nodes: &LocalNodes, observers: usize, window: D
     }
     // Let the observers' reads of the new term finish.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let before = commands(nodes).await;
-    let stats_before = breakdown(nodes).await;
-    tokio::time::sleep(window).await;
-    let after = commands(nodes).await;
-    let stats_after = breakdown(nodes).await;
-    show_breakdown(&stats_before, &stats_after);
-    let (per_s, all_s) = per_second(before, after, window);
+    let (per_s, all_s) = idle_window(nodes, window).await;
     println!(
         "idle: {per_s:.1} client commands/s on the nodes in all ({all_s:.1} with the commands scripts run; {observers} observers + 1 leader with TTL 10 s, {}s window), {:.2} per observer",
         window.as_secs(),
@@ -371,13 +369,7 @@ async fn idle(fleet: &mut Fleet, nodes: &LocalNodes, observers: usize, window: D
     }
     // Let their first attempts (refused, into the line) finish.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let before = commands(nodes).await;
-    let stats_before = breakdown(nodes).await;
-    tokio::time::sleep(window).await;
-    let after = commands(nodes).await;
-    let stats_after = breakdown(nodes).await;
-    show_breakdown(&stats_before, &stats_after);
-    let (per_s, all_s) = per_second(before, after, window);
+    let (per_s, all_s) = idle_window(nodes, window).await;
     println!(
         "idle with {} candidates waiting too: {per_s:.1} client commands/s on the nodes in all ({all_s:.1} with the commands scripts run; {}s window), {:.2} per participant",
         waiting.len(),

@@ -476,27 +476,41 @@ impl Campaign {
                 }
             }
         };
+        self.end_term(guard, number, ended, span).await
+    }
+
+    /// After the term `number` ended for `reason` (see `hold`): follower again, the lock
+    /// released (unless lost) and observers told; a candidate that stepped down goes back into
+    /// the line.
+    async fn end_term(
+        &self,
+        guard: crate::hold::keepalive::KeepAlive,
+        number: u64,
+        reason: &'static str,
+        span: &tracing::Span,
+    ) -> Ended {
+        let s = &self.shared;
         s.change_role(|r| {
             *r = Role::Follower;
             true
         });
         *locked(&s.lock_value) = None;
         crate::base::metrics::leading(&s.resource, false);
-        crate::base::metrics::term_ended(&s.resource, ended);
-        if ended != "lost" {
+        crate::base::metrics::term_ended(&s.resource, reason);
+        if reason != "lost" {
             if let Err(e) = guard.release().await {
-                tracing::debug!(parent: span, error = %e, "release on {ended}");
+                tracing::debug!(parent: span, error = %e, "release on {reason}");
             }
             s.redlock.notify_observers(&s.resource).await;
         }
-        if ended == "stepped_down" {
+        if reason == "stepped_down" {
             // Back into the line at once: the next attempt asks the gate first (refused while
             // the woken head is in line), so it never takes the other nodes from the head.
             let key = s.redlock.key(&s.resource);
             s.redlock.inner.line.mark_hot(&key);
         }
         s.ended.send_replace(number);
-        if ended == "resigned" {
+        if reason == "resigned" {
             tracing::info!(parent: span, "resigned");
             return Ended::Resigned;
         }
