@@ -206,6 +206,52 @@ async fn a_release_batched_on_the_gate_wakes_the_head() {
     );
 }
 
+/// A lone release on the gate of a key this process knows no line for sends only the short
+/// release (the compare-and-delete and a read of the line's flag): a line that formed meanwhile,
+/// which the holder did not know of, is noticed by the flag and its head woken all the same, by
+/// one more call. The head is a member of another process that never renews (so only the
+/// release can have woken it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_release_on_the_gate_wakes_a_head_it_did_not_know_of() {
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let holder = build(nodes.urls(), |b| b).await;
+    let r = unique("lone");
+    let gate = holder.line_node(&r).unwrap();
+    // Warm-up: the gate's connection has run its scripts once.
+    holder
+        .acquire(r.as_str(), TTL)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let lock = holder.acquire(r.as_str(), TTL).await.unwrap();
+    let line = line_key(&holder, &r);
+    let head = "0123456789abcdef0123456789abcdef:7";
+    for cmd in [
+        vec!["ZADD", &line, "0", head],
+        vec!["SET", &format!("{line}|{head}"), "1", "PX", "30000"],
+        vec!["SET", &format!("{line}!"), "1", "PX", "30000"],
+        vec!["CONFIG", "RESETSTAT"],
+    ] {
+        nodes.command(gate, &cmd).await.unwrap();
+    }
+    lock.release().await.unwrap();
+    assert!(
+        eventually(WOKEN, || async {
+            command_calls(&nodes, gate, "publish").await == 1
+        })
+        .await,
+        "the release woke the head: one message"
+    );
+    let key = holder.key(&r);
+    let gone = nodes
+        .command(gate, &["EXISTS", key.as_str()])
+        .await
+        .unwrap();
+    assert_eq!(gone, RespValue::Integer(0), "released");
+}
+
 /// No herd, fleet-wide: 8 `Redlock`s (as 8 processes) each wait once for one key. Every release
 /// publishes exactly one message (to the head's own channel), the head takes the lock with one
 /// SET per node, and nobody else attempts: per acquisition a bounded number of commands.

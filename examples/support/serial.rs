@@ -126,11 +126,19 @@ pub struct Serial {
     load_before: String,
     load_after: String,
     /// Commands per uncontended cycle on each node: the floor's and fredlock's.
-    commands: Option<[Vec<Calls>; 2]>,
+    commands: Option<[Vec<NodeCycle>; 2]>,
 }
 
 /// Calls per cycle of each command on one node.
 type Calls = std::collections::BTreeMap<String, f64>;
+
+/// What one node did per uncontended cycle: its commands, and its CPU time (INFO cpu, user and
+/// system) in µs.
+#[derive(Default)]
+struct NodeCycle {
+    calls: Calls,
+    cpu_us: f64,
+}
 
 /// Cycles measured for the commands per cycle.
 const COMMAND_CYCLES: usize = 1000;
@@ -144,14 +152,14 @@ fn socket_addr(url: &str) -> Option<std::net::SocketAddr> {
 /// What each node ran per serial cycle of the floor, then of fredlock, after a warm-up (INFO
 /// commandstats, which counts the calls inside scripts too; the bench's own INFO and CONFIG left
 /// out): `None` when a node is not a plain `redis://IP:port` this process can read directly.
-async fn commands_per_cycle(urls: &[String], run: &str) -> Option<[Vec<Calls>; 2]> {
+async fn commands_per_cycle(urls: &[String], run: &str) -> Option<[Vec<NodeCycle>; 2]> {
     let servers: Vec<crate::servers::Server> = urls
         .iter()
         .map(|u| socket_addr(u).map(|addr| crate::servers::Server { addr }))
         .collect::<Option<_>>()?;
     let targets = rust_targets(urls).await;
     let names = Names::new(format!("{run}:serial-commands"));
-    let mut out: [Vec<Calls>; 2] = Default::default();
+    let mut out: [Vec<NodeCycle>; 2] = Default::default();
     for (t, per_node) in out.iter_mut().enumerate() {
         // Warm-up: a connection's first release sends the script whole; that is not measured.
         timed(&targets[t], &names, 50).await;
@@ -161,7 +169,7 @@ async fn commands_per_cycle(urls: &[String], run: &str) -> Option<[Vec<Calls>; 2
         // The release a cycle does not wait for (the third node's) lands meanwhile.
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         let after = crate::servers::Snapshot::take(&servers).await;
-        for (b, a) in before.calls.iter().zip(&after.calls) {
+        for (i, (b, a)) in before.calls.iter().zip(&after.calls).enumerate() {
             let calls: Calls = a
                 .iter()
                 .map(|(name, n)| {
@@ -170,7 +178,9 @@ async fn commands_per_cycle(urls: &[String], run: &str) -> Option<[Vec<Calls>; 2
                 })
                 .filter(|(_, n)| *n > 0.0)
                 .collect();
-            per_node.push(calls);
+            let cpu = after.cpu[i].saturating_sub(before.cpu[i]);
+            let cpu_us = cpu.as_secs_f64() * 1e6 / COMMAND_CYCLES as f64;
+            per_node.push(NodeCycle { calls, cpu_us });
         }
     }
     Some(out)
@@ -403,15 +413,23 @@ impl Serial {
             return;
         };
         println!(
-            "Commands per uncontended cycle on each node (INFO commandstats over {COMMAND_CYCLES} serial cycles after a warm-up; calls inside scripts counted):"
+            "Commands per uncontended cycle on each node (INFO commandstats over {COMMAND_CYCLES} serial cycles after a warm-up; calls inside scripts counted; each node's CPU time from INFO cpu, user and system, over the same cycles):"
         );
         println!();
-        println!("| node | raw fred floor | fredlock |");
-        println!("|---|---|---|");
+        println!(
+            "| node | raw fred floor | fredlock | server CPU µs per cycle, floor / fredlock |"
+        );
+        println!("|---|---|---|---:|");
         for (i, (f, l)) in floor.iter().zip(fredlock).enumerate() {
-            println!("| {i} | {} | {} |", calls_text(f), calls_text(l));
+            println!(
+                "| {i} | {} | {} | {:.1} / {:.1} |",
+                calls_text(&f.calls),
+                calls_text(&l.calls),
+                f.cpu_us,
+                l.cpu_us
+            );
         }
-        let total = |c: &Calls| c.values().sum::<f64>();
+        let total = |c: &NodeCycle| c.calls.values().sum::<f64>();
         // Allow for a stray command of the bench's own over 1000 cycles.
         let fewer = floor
             .iter()
@@ -419,7 +437,7 @@ impl Serial {
             .all(|(f, l)| total(l) <= total(f) + 0.01);
         let no_eval = fredlock
             .iter()
-            .all(|l| l.get("eval").copied().unwrap_or(0.0) < 0.01);
+            .all(|l| l.calls.get("eval").copied().unwrap_or(0.0) < 0.01);
         println!();
         println!(
             "target: no more commands per node than the floor, no EVAL after warm-up: {}",

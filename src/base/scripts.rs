@@ -451,6 +451,30 @@ return {deleted, ''}
 "#
 );
 
+/// A lone release on a key's gate while this process knows of no line there: the
+/// compare-and-delete and a read of the line's flag in the same `MGET` (as GATE_FREE reads
+/// them), and nothing of the line's library: the common, uncontended release costs the server
+/// what a plain release does. KEYS[1]: the lock key; KEYS[2]: its line's flag. ARGV[1]: value.
+/// Reply: 1 deleted, 0 not ours, plus 2 when the flag is set and the key is now free (the
+/// caller then wakes the head with GATE_FREE, one more call on the rare path). By EVALSHA, as a
+/// lone release: only our token is ever deleted, so a resend can only find it gone.
+const GATE_FLAG: &str = r#"
+local v = redis.pcall('MGET', KEYS[1], KEYS[2])
+-- A user whose ACL predates this script (no +mget): two reads.
+if v.err then v = {redis.call('GET', KEYS[1]), redis.pcall('GET', KEYS[2])} end
+-- MGET reads a key of another type as nil: GET says WRONGTYPE, as every release does.
+if not v[1] then redis.call('GET', KEYS[1]) end
+local out = 0
+if v[1] == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  out = 1
+end
+if (out == 1 or not v[1]) and type(v[2]) == 'string' then
+  out = out + 2
+end
+return out
+"#;
+
 /// A holder hands its lock to a waiter of its own process, on a node that is not the key's
 /// gate: where the key still holds the holder's value (or is free), it now holds the waiter's.
 /// KEYS[1]: the lock key. ARGV[1]: the holder's value; ARGV[2]: the waiter's; ARGV[3]: TTL in ms.
@@ -764,6 +788,7 @@ pub(crate) struct Scripts {
     pub(crate) sem_gate: Script,
     pub(crate) gate_release: Script,
     pub(crate) gate_free: Script,
+    pub(crate) gate_flag: Script,
     pub(crate) pass: Script,
     pub(crate) gate_pass: Script,
     pub(crate) line_leave: Script,
@@ -814,6 +839,7 @@ impl Scripts {
             gate_release: Script::eval_only(GATE_RELEASE),
             // Deletes only its caller's token, like a lone release (see the top of this file).
             gate_free: Script::new(GATE_FREE),
+            gate_flag: Script::new(GATE_FLAG),
             // Hand-overs create the waiter's key, as an acquire does: EVAL-only.
             pass: Script::eval_only(PASS),
             gate_pass: Script::eval_only(GATE_PASS),

@@ -14,9 +14,9 @@
 //!   its plain form: a serial caller pays no hop and no batching. The plain form of an
 //!   acquire is `SET NX`; of a release, the node's native compare-and-delete where it has one
 //!   (`DELIFEQ`, `DELEX`: see `caps`, `native`), else the release script by EVALSHA (see
-//!   [`release_script`]); on the key's gate, the gate's release (`GATE_FREE`, which wakes the
-//!   line's head), which the batch script does in short (the release and a read of the line's
-//!   flag, the wake-up left to `Node::gate_release`).
+//!   [`lone_release`]); on the key's gate while no line is known there, the release and a read
+//!   of the line's flag (`GATE_FLAG`; the batch script's `f` operation does the same), the
+//!   wake-up of a head, when the flag is set, left to `Node::gate_release`.
 //! - **Queued otherwise.** Anything else joins the node's queue; one batcher task per node
 //!   takes everything queued (up to [`MAX_OPS`]), sends it as one `EVAL` of
 //!   [`BATCH`](crate::base::scripts) (a lone operation, or every operation on a node whose user may
@@ -44,7 +44,7 @@
 //!   for a single command.
 //! - **No NOSCRIPT for a batch.** The batch script is always sent whole (`EVAL`): a resent
 //!   batch could set a key after the release queued behind it. A lone release goes by EVALSHA
-//!   and is resent with EVAL on `NOSCRIPT`, which is safe for a release (see [`release_script`]).
+//!   and is resent with EVAL on `NOSCRIPT`, which is safe for a release (see [`lone_release`]).
 //! - **Timeouts.** Each operation keeps its deadline: one still queued when it passes is
 //!   answered with a timeout and never sent (as fred skips a timed-out command it has not
 //!   written); a batch's fred timeout is the earliest deadline among its operations.
@@ -244,10 +244,11 @@ pub(super) enum Kind {
     Acquire { ttl_ms: u64 },
     /// The release script.
     Release,
-    /// The release on the key's gate (`GATE_FREE`): a holder's release (`wake`: its line's
-    /// head is woken when the key is free) or a clean-up (woken only when it deleted the key).
-    /// Batched, the wake-up is left to the caller (see `Node::gate_release`).
-    GateFree { wake: bool },
+    /// The release on the key's gate while no line is known there: the compare-and-delete and
+    /// a read of the line's flag (`GATE_FLAG` alone, the batch's `f` operation in a batch); the
+    /// wake-up of a head, if the flag says there may be one, is left to the caller (see
+    /// `Node::gate_free_batched`).
+    GateFree,
 }
 
 /// Any other command for this node (see `Batch::ordered`): started by the batcher with the
@@ -290,7 +291,7 @@ const MAX_RESENDS: u32 = 8;
 /// A release whose caller stopped waiting for its answer, and whose token is fresh (see
 /// [`Op::orphaned`]).
 pub(super) fn orphaned_release(op: &Op) -> bool {
-    matches!(&op.work, Work::Key { held, kind: Kind::Release | Kind::GateFree { .. } } if !held.custom)
+    matches!(&op.work, Work::Key { held, kind: Kind::Release | Kind::GateFree } if !held.custom)
         && op.reply.is_closed()
 }
 
@@ -360,7 +361,7 @@ pub(super) fn lock(m: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
 
 /// One operation in its plain form, with fredlock's options: the typed `SET` (fred batches
 /// those into one write), or the release: the node's native compare-and-delete when it has one
-/// (`native`), else the release script (see [`release_script`]).
+/// (`native`), else the release script (see [`lone_release`]).
 pub(super) async fn send_one(
     client: &Client,
     state: &Arc<State>,
@@ -384,8 +385,11 @@ pub(super) async fn send_one(
             // Boxed: fred's command futures are ~5 KB (see `node`).
             Box::pin(set).await.map_err(|e| state.error(&e))
         }
-        Kind::GateFree { wake } => match held.line.as_ref() {
-            Some(_) => gate_free(client, state, held, wake, timeout).await,
+        Kind::GateFree => match held.line.as_ref() {
+            Some(line) => {
+                let flag = Value::from(format!("{}!", line.key));
+                lone_release(client, state, held, LoneRelease::GateFlag(flag), timeout).await
+            }
             None => Box::pin(send_one(client, state, held, Kind::Release, timeout)).await,
         },
         Kind::Release => {
@@ -403,106 +407,71 @@ pub(super) async fn send_one(
                         kind: NodeErrorKind::Permission,
                         message,
                     }),
-                    None => release_script(client, state, held, timeout).await,
+                    None => lone_release(client, state, held, LoneRelease::Plain, timeout).await,
                 },
             }
         }
     }
 }
 
-/// The release script for one key. EVAL the first time on each connection (which puts the
-/// script in the server's cache: a fresh or restarted server never answers `NOSCRIPT`, so the
-/// release keeps its place in this node's order), EVALSHA from then on, and on `NOSCRIPT`
-/// (someone flushed the cache) EVAL at once, which then lands after whatever this process sent
-/// the node meanwhile. A caller
+/// Which script a lone release of one key sends.
+enum LoneRelease {
+    /// `RELEASE`: the compare-and-delete.
+    Plain,
+    /// `GATE_FLAG` on the key's gate, with its line's flag key.
+    GateFlag(Value),
+}
+
+/// The release script for one key (or `GATE_FLAG` on its gate: the same, plus a read of the
+/// line's flag). EVAL the first time on each connection (which puts the script in the server's
+/// cache: a fresh or restarted server never answers `NOSCRIPT`, so the release keeps its place
+/// in this node's order), EVALSHA from then on, and on `NOSCRIPT` (someone flushed the cache)
+/// EVAL at once, which then lands after whatever this process sent the node meanwhile. A caller
 /// that stops waiting after the EVALSHA was handed to fred leaves the rest to a task (see
 /// [`Finish`]), so a `NOSCRIPT` answer is never left without its resend. Resent late, a release
 /// still deletes only its own token, which no later command of ours stores (tokens are fresh per
 /// attempt). With a caller's token (repeated across attempts) always EVAL: a late resend could
 /// delete the next attempt's key.
-async fn release_script(
+async fn lone_release(
     client: &Client,
     state: &Arc<State>,
     held: &Arc<Held>,
+    which: LoneRelease,
     timeout: Duration,
 ) -> Result<Value, NodeError> {
-    let script = &Scripts::get().release;
-    let args = |first: &'static str, held: &Held| {
-        vec![
-            fixed(first),
-            Value::Integer(1),
-            Value::String(held.key_arg()),
-            Value::String(held.value_arg()),
-        ]
+    let scripts = Scripts::get();
+    let (script, cached, flag) = match which {
+        LoneRelease::Plain => (&scripts.release, Cached::Release, None),
+        LoneRelease::GateFlag(flag) => (&scripts.gate_flag, Cached::GateFlag, Some(flag)),
     };
-    if held.custom || !state.caps.is_cached(Cached::Release) {
+    let args = move |first: &'static str, held: &Held| {
+        let mut args = Vec::with_capacity(5);
+        args.push(fixed(first));
+        args.push(Value::Integer(1 + flag.is_some() as i64));
+        args.push(Value::String(held.key_arg()));
+        args.extend(flag.clone());
+        args.push(Value::String(held.value_arg()));
+        args
+    };
+    if held.custom || !state.caps.is_cached(cached) {
         let cmd = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
         let with = client.with_options(&options(timeout));
         let call = with.custom::<Value, Value>(cmd, args(script.body, held));
         let reply = Box::pin(call).await.map_err(|e| state.error(&e));
         if reply.is_ok() {
-            state.caps.set_cached(Cached::Release, true);
+            state.caps.set_cached(cached, true);
         }
         return reply;
     }
+    let sha = args(&script.sha, held);
     let again = held.clone();
     let body = move || args(script.body, &again);
-    by_sha(
-        client,
-        state,
-        Cached::Release,
-        args(&script.sha, held),
-        body,
-        timeout,
-    )
-    .await
+    by_sha(client, state, cached, sha, body, timeout).await
 }
 
 /// A `'static` string as a command argument, not copied (a script's body or SHA1).
 pub(super) fn fixed(s: &'static str) -> Value {
     Value::String(fred::bytes_utils::Str::from_static(s))
-}
-
-/// `GATE_FREE` for `held`'s one key on its gate, whole (with its wake-up), by EVALSHA: sent here
-/// only once the server is known to have it (see `Node::gate_release`, which sends it by EVAL
-/// until then). Reply: `{deleted, woken member or ''}`.
-async fn gate_free(
-    client: &Client,
-    state: &Arc<State>,
-    held: &Arc<Held>,
-    wake: bool,
-    timeout: Duration,
-) -> Result<Value, NodeError> {
-    let script = &Scripts::get().gate_free;
-    // The short id of this release, sent with the wake-up (the same in a resend by EVAL).
-    let id = rand::random::<u32>();
-    let args = move |first: &'static str, held: &Held| {
-        let (Some(_), Some(line)) = (held.keys.first(), held.line.as_ref()) else {
-            return Vec::new();
-        };
-        vec![
-            fixed(first),
-            Value::Integer(3),
-            Value::String(held.key_arg()),
-            Value::from(format!("{}!", line.key)),
-            Value::from(line.key.as_str()),
-            Value::String(held.value_arg()),
-            Value::from(line.local.prefix()),
-            Value::from(format!("{id:08x}")),
-            fixed(if wake { "w" } else { "q" }),
-        ]
-    };
-    let again = held.clone();
-    let body = move || args(script.body, &again);
-    let reply = by_sha(
-        client,
-        state,
-        Cached::GateFree,
-        args(&script.sha, held),
-        body,
-        timeout,
-    );
-    crate::nodes::native::scripted(state, reply.await)
 }
 
 /// A script by EVALSHA (`sha`: its arguments), and on `NOSCRIPT` (someone flushed the cache) by

@@ -77,17 +77,16 @@ impl Batch {
         self.run(held, Kind::Release, timeout).await
     }
 
-    /// `GATE_FREE` for `held`'s one key on its gate (`wake`: a holder's release, else a
-    /// clean-up). Alone, the whole script (reply `{deleted, woken member}`); in a batch, the
-    /// release and a read of the line's flag (an integer: deleted, plus 2 when the flag is set
-    /// and the key free), the wake-up left to the caller.
+    /// The release of `held`'s one key on its gate while no line is known there: the release
+    /// and a read of the line's flag (`GATE_FLAG` alone, in a batch the batch script's `f`
+    /// operation). Reply: an integer, 1 when deleted, plus 2 when the flag is set and the key
+    /// free; the wake-up of the head is left to the caller.
     pub(crate) async fn gate_free(
         &self,
         held: &Arc<Held>,
-        wake: bool,
         timeout: Duration,
     ) -> Result<Value, NodeError> {
-        self.run(held, Kind::GateFree { wake }, timeout).await
+        self.run(held, Kind::GateFree, timeout).await
     }
 
     /// Fails every queued operation and ends the batcher (the node is dropped).
@@ -517,7 +516,7 @@ async fn send_batch(client: Client, state: Arc<State>, shared: Arc<Shared>, ops:
     args.push(Value::Integer(0));
     for (_, held, kind) in &live {
         args.push(Value::String(held.key_arg()));
-        if let (Kind::GateFree { .. }, Some(line)) = (kind, &held.line) {
+        if let (Kind::GateFree, Some(line)) = (kind, &held.line) {
             args.push(Value::from(format!("{}!", line.key)));
         }
     }
@@ -526,8 +525,8 @@ async fn send_batch(client: Client, state: Arc<State>, shared: Arc<Shared>, ops:
         args.push(Value::String(held.value_arg()));
         args.push(match (kind, &held.line) {
             (Kind::Acquire { ttl_ms }, _) => Value::Integer(*ttl_ms as i64),
-            (Kind::GateFree { .. }, Some(_)) => fixed("f"),
-            (Kind::Release | Kind::GateFree { .. }, _) => fixed("r"),
+            (Kind::GateFree, Some(_)) => fixed("f"),
+            (Kind::Release | Kind::GateFree, _) => fixed("r"),
         });
     }
     let eval = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
@@ -541,7 +540,7 @@ async fn send_batch(client: Client, state: Arc<State>, shared: Arc<Shared>, ops:
             Kind::Acquire { .. } if n == 1 => fixed("OK"),
             Kind::Acquire { .. } => Value::Null,
             // GateFree: 2 more when its line's flag is set (see `Node::gate_release`).
-            Kind::Release | Kind::GateFree { .. } => Value::Integer(n),
+            Kind::Release | Kind::GateFree => Value::Integer(n),
         });
         self::answer(op, reply, &mut orphans);
     }

@@ -78,10 +78,12 @@ pub(crate) struct Caps {
 /// see the key before its release).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Cached {
-    /// `scripts::RELEASE`, a lone release (see `batch::release_script`).
+    /// `scripts::RELEASE`, a lone release (see `batch::lone_release`).
     Release = 1,
     /// `scripts::GATE_FREE`, a holder's release on its gate.
     GateFree = 2,
+    /// `scripts::GATE_FLAG`, a lone release on a gate with no known line.
+    GateFlag = 4,
 }
 
 impl Default for Caps {

@@ -109,17 +109,14 @@ impl Node {
         ) {
             let caps = &self.state.caps;
             // A key with no known line: through the batcher, like any release (see
-            // `gate_free_batched`).
-            if let (true, Some(batch), false) = (
-                caps.is_cached(Cached::GateFree),
-                &self.batch,
-                held.custom || line.local.is_hot(key),
-            ) {
+            // `gate_free_batched`): the line's own script is never sent for it.
+            if let (Some(batch), false) = (&self.batch, held.custom || line.local.is_hot(key)) {
                 return self
                     .gate_free_batched(batch, held, line, mode == "w", timeout)
                     .await;
             }
-            // A holder's release or a clean-up: the common case by EVALSHA, one read.
+            // A holder's release or a clean-up on a key with a line: by EVALSHA, one read, and
+            // the head woken in the same call.
             let flag = format!("{}!", line.key);
             let keys = [key.as_str(), flag.as_str(), line.key.as_str()];
             let argv = gate_free_argv(held, line, mode);
@@ -169,11 +166,12 @@ impl Node {
         }
     }
 
-    /// A release on the gate through the batcher (`Batch::gate_free`). Sent alone it is the
-    /// whole `GATE_FREE`; in a batch, only the release and a read of the line's flag: when the
-    /// flag is set and the key free (a line has members this process did not know of), the
-    /// head is woken by `GATE_FREE` in `w` mode (the key now free, it only wakes), one more
-    /// call on the rare path. Reply: `{deleted, woken member or ''}` either way.
+    /// A release on the gate through the batcher (`Batch::gate_free`): alone or in a batch,
+    /// only the release and a read of the line's flag (`GATE_FLAG`, or the batch's `f`
+    /// operation), never the line's library; when the flag is set and the key free (a line has
+    /// members this process did not know of), the head is woken by `GATE_FREE` in `w` mode
+    /// (the key now free, it only wakes), one more call on the rare path. Reply: `{deleted,
+    /// woken member or ''}`.
     async fn gate_free_batched(
         &self,
         batch: &crate::nodes::batcher::Batch,
@@ -182,17 +180,17 @@ impl Node {
         wake: bool,
         timeout: Duration,
     ) -> Result<Value, NodeError> {
-        let code = match batch.gate_free(held, wake, timeout).await {
+        let code = match batch.gate_free(held, timeout).await {
             Ok(Value::Integer(code @ 0..=3)) => code,
-            Ok(Value::Integer(n)) => {
+            // A reply of another shape, as for the batch's other answers.
+            Ok(other) => {
                 return Err(NodeError {
                     node: self.name.clone(),
                     kind: crate::base::error::NodeErrorKind::UnexpectedReply,
-                    message: format!("the batched release on the gate answered {n}, not 0 to 3"),
+                    message: format!("the release on the gate answered {other:?}, not 0 to 3"),
                 })
             }
-            // Sent alone: the whole script's reply (or an error).
-            other => return other,
+            Err(e) => return Err(e),
         };
         let deleted = code & 1;
         let done = |woken: Value| Ok(Value::Array(vec![Value::Integer(deleted), woken]));
