@@ -180,6 +180,38 @@ async fn term_ended_fires_when_the_term_is_lost() {
     election.resign().await;
 }
 
+/// A campaign whose task ends without a resign (here its runtime shuts down while it leads):
+/// the `Election` says at once that it no longer leads (its lock went with the task), and a
+/// `step_down` answers at once instead of waiting for a task that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_gone_with_its_runtime_no_longer_leads() {
+    let nodes = LocalNodes::start(3).await.expect("nodes");
+    let urls = nodes.urls();
+    let r = common::unique("runtime-gone");
+    let election = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let election = rt.block_on(async {
+            let redlock = common::build(urls, |b| b).await;
+            let election = redlock
+                .elect(r.as_str(), Duration::from_secs(30))
+                .expect("elect");
+            election.leader().await;
+            election
+        });
+        drop(rt);
+        election
+    })
+    .join()
+    .expect("the runtime's thread");
+    assert!(!election.is_leader());
+    assert!(election.watch().borrow().term().is_none(), "a follower");
+    let answered = tokio::time::timeout(Duration::from_secs(5), election.step_down()).await;
+    assert_eq!(answered.ok(), Some(false), "not leading: answered at once");
+}
+
 /// `step_down` ends the term and keeps the candidate campaigning at the back of the line:
 /// leadership goes round the candidates in the order they joined (a, b, c, then a again), a new
 /// term each time; a candidate that does not lead is told so and keeps waiting.

@@ -158,6 +158,23 @@ impl Shared {
     }
 }
 
+/// Held by a campaign's task: however the task ends (a resign, the election dropped, a panic,
+/// its runtime shutting down), the participant is a follower from then on (its term's lock,
+/// dropped with the task, is released in the background, and is never still said to be held)
+/// and every `Election::step_down` waiting is answered.
+struct Over<'a>(&'a Shared);
+
+impl Drop for Over<'_> {
+    fn drop(&mut self) {
+        self.0.change_role(|r| {
+            let changed = r.term().is_some();
+            *r = Role::Follower;
+            changed
+        });
+        self.0.ended.send_replace(u64::MAX);
+    }
+}
+
 /// How long one acquire of a campaign waits in line at most (it is dropped earlier when
 /// priorities or a request to yield come into play); then a new one joins at the back.
 const IN_LINE_FOR: Duration = Duration::from_secs(3600);
@@ -228,6 +245,8 @@ enum Ended {
 impl Campaign {
     pub(crate) async fn run(self, mut stop: oneshot::Receiver<()>) {
         let s = &self.shared;
+        // Dropped last, however the campaign ends.
+        let _over = Over(s);
         let span = tracing::debug_span!("fredlock.election", resource = %s.resource);
         // The campaign's own observer: the leader's priority, requests to yield.
         let observer = tokio::select! {

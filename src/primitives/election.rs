@@ -368,7 +368,8 @@ impl Election {
     /// next (with nobody else waiting, this one leads again, in a new term). For leaders that
     /// hand over after each job or on a schedule, without a new [`Election`] and its
     /// connections. Returns `false` at once when not leading; otherwise once the term is over
-    /// (released, or lost meanwhile).
+    /// (released, or lost meanwhile), or the campaign's task ended (its runtime shut down):
+    /// then this participant no longer leads either.
     ///
     /// Cancellation: dropping the future does not take the request back: the term ends anyway.
     pub async fn step_down(&self) -> bool {
