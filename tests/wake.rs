@@ -252,6 +252,43 @@ async fn a_lone_release_on_the_gate_wakes_a_head_it_did_not_know_of() {
     assert_eq!(gone, RespValue::Integer(0), "released");
 }
 
+/// A head whose lease is gone (its process died) is passed over: the release wakes the member
+/// behind it and takes the dead one out of the line. Both are members of other processes,
+/// injected while the lock is held; the holder knew of no line, so its release finds the flag
+/// and wakes through the line's own release script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_passes_over_a_dead_head() {
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let holder = build(nodes.urls(), |b| b).await;
+    let r = unique("dead-head");
+    let gate = holder.line_node(&r).unwrap();
+    let lock = holder.acquire(r.as_str(), TTL).await.unwrap();
+    let line = line_key(&holder, &r);
+    let dead = "0123456789abcdef0123456789abcdef:1";
+    let live = "fedcba9876543210fedcba9876543210:2";
+    for cmd in [
+        vec!["ZADD", &line, "0", dead, "1", live],
+        vec!["SET", &format!("{line}|{live}"), "1", "PX", "30000"],
+        vec!["SET", &format!("{line}!"), "1", "PX", "30000"],
+        vec!["CONFIG", "RESETSTAT"],
+    ] {
+        nodes.command(gate, &cmd).await.unwrap();
+    }
+    lock.release().await.unwrap();
+    assert!(
+        eventually(WOKEN, || async {
+            command_calls(&nodes, gate, "publish").await == 1
+        })
+        .await,
+        "the release woke one member"
+    );
+    assert_eq!(
+        line_members(&nodes, &holder, &r).await,
+        vec![live.to_string()],
+        "the dead head left the line; the live member, woken, is its head"
+    );
+}
+
 /// No herd, fleet-wide: 8 `Redlock`s (as 8 processes) each wait once for one key. Every release
 /// publishes exactly one message (to the head's own channel), the head takes the lock with one
 /// SET per node, and nobody else attempts: per acquisition a bounded number of commands.

@@ -413,11 +413,12 @@ return ''
 "#
 );
 
-/// A holder's release on its gate node, the common case in one read: `MGET` of the key and its
-/// line's flag (set while the line has members); without a flag, the compare-and-delete and
-/// nothing more; with one, the line's head is woken as GATE_RELEASE does. The flag outlives
-/// its line by at most its own expiry (it is removed by the first release to find the line
-/// empty).
+/// A holder's release on its gate node, for a key known to have a line: the line's head, then
+/// one `MGET` of the key, its line's flag (set while the line has members) and the head's
+/// lease; without a flag, the compare-and-delete and nothing more; with one, the head is woken
+/// as GATE_RELEASE does (a head whose lease is gone is passed over, as `live_head` does). The
+/// flag outlives its line by at most its own expiry (it is removed by the first release to find
+/// the line empty).
 /// KEYS[1]: the lock key; KEYS[2]: its line's flag; KEYS[3]: the line. ARGV[1]: value;
 /// ARGV[2]: channel prefix; ARGV[3]: a short id of this release; ARGV[4]: `w` for a holder's
 /// release (which wakes the head also when its own key had expired), `q` for a clean-up.
@@ -426,9 +427,14 @@ return ''
 const GATE_FREE: &str = concat!(
     line_lib!(),
     r#"
-local v = redis.pcall('MGET', KEYS[1], KEYS[2])
--- A user whose ACL predates this script (no +mget): two reads.
-if v.err then v = {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2])} end
+local h = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+local lease = KEYS[2]
+if h then lease = KEYS[3] .. '|' .. h end
+local v = redis.pcall('MGET', KEYS[1], KEYS[2], lease)
+-- A user whose ACL predates this script (no +mget): three reads.
+if v.err then
+  v = {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2]), redis.call('GET', lease)}
+end
 -- MGET reads a key of another type as nil: GET says WRONGTYPE, as every release does.
 if not v[1] then redis.call('GET', KEYS[1]) end
 if v[1] and v[1] ~= ARGV[1] then return {0, ''} end
@@ -440,8 +446,8 @@ if v[1] then
 elseif not v[2] or ARGV[4] ~= 'w' then
   return {0, ''}
 end
--- The key is free and the line has (or had) members: the head's turn.
-local h = live_head(KEYS[3])
+-- The key is free and the line has (or had) members: the head's turn (its lease read above).
+if h and not v[3] then h = live_head(KEYS[3], h) end
 if h then
   wake(h, ARGV[2], ARGV[3])
   return {deleted, h}
