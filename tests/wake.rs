@@ -185,23 +185,12 @@ async fn a_release_batched_on_the_gate_wakes_the_head() {
     // Last: its release queues behind the others' on every node.
     locks.push(holder.acquire(r.as_str(), TTL).await.unwrap());
     // A waiter of another process joined the line meanwhile (as GATE_ACQUIRE's join does).
-    let line = line_key(&holder, &r);
     let head = "0123456789abcdef0123456789abcdef:7";
-    for cmd in [
-        vec!["ZADD", &line, "0", head],
-        vec!["SET", &format!("{line}|{head}"), "1", "PX", "30000"],
-        vec!["SET", &format!("{line}!"), "1", "PX", "30000"],
-        vec!["CONFIG", "RESETSTAT"],
-    ] {
-        nodes.command(gate, &cmd).await.unwrap();
-    }
+    join_line(&nodes, &holder, &r, &[(head, true)]).await;
     let reports = futures::future::join_all(locks.into_iter().map(|l| l.release())).await;
     assert!(reports.iter().all(|r| r.is_ok()), "{reports:?}");
     assert!(
-        eventually(WOKEN, || async {
-            command_calls(&nodes, gate, "publish").await == 1
-        })
-        .await,
+        woke_one(&nodes, gate).await,
         "the release woke the head: one message"
     );
 }
@@ -226,22 +215,11 @@ async fn a_lone_release_on_the_gate_wakes_a_head_it_did_not_know_of() {
         .await
         .unwrap();
     let lock = holder.acquire(r.as_str(), TTL).await.unwrap();
-    let line = line_key(&holder, &r);
     let head = "0123456789abcdef0123456789abcdef:7";
-    for cmd in [
-        vec!["ZADD", &line, "0", head],
-        vec!["SET", &format!("{line}|{head}"), "1", "PX", "30000"],
-        vec!["SET", &format!("{line}!"), "1", "PX", "30000"],
-        vec!["CONFIG", "RESETSTAT"],
-    ] {
-        nodes.command(gate, &cmd).await.unwrap();
-    }
+    join_line(&nodes, &holder, &r, &[(head, true)]).await;
     lock.release().await.unwrap();
     assert!(
-        eventually(WOKEN, || async {
-            command_calls(&nodes, gate, "publish").await == 1
-        })
-        .await,
+        woke_one(&nodes, gate).await,
         "the release woke the head: one message"
     );
     let key = holder.key(&r);
@@ -263,25 +241,11 @@ async fn a_release_passes_over_a_dead_head() {
     let r = unique("dead-head");
     let gate = holder.line_node(&r).unwrap();
     let lock = holder.acquire(r.as_str(), TTL).await.unwrap();
-    let line = line_key(&holder, &r);
     let dead = "0123456789abcdef0123456789abcdef:1";
     let live = "fedcba9876543210fedcba9876543210:2";
-    for cmd in [
-        vec!["ZADD", &line, "0", dead, "1", live],
-        vec!["SET", &format!("{line}|{live}"), "1", "PX", "30000"],
-        vec!["SET", &format!("{line}!"), "1", "PX", "30000"],
-        vec!["CONFIG", "RESETSTAT"],
-    ] {
-        nodes.command(gate, &cmd).await.unwrap();
-    }
+    join_line(&nodes, &holder, &r, &[(dead, false), (live, true)]).await;
     lock.release().await.unwrap();
-    assert!(
-        eventually(WOKEN, || async {
-            command_calls(&nodes, gate, "publish").await == 1
-        })
-        .await,
-        "the release woke one member"
-    );
+    assert!(woke_one(&nodes, gate).await, "the release woke one member");
     assert_eq!(
         line_members(&nodes, &holder, &r).await,
         vec![live.to_string()],
@@ -832,4 +796,52 @@ async fn debug_output_shows_no_credentials() {
     let shown = format!("{redlock:?}");
     assert!(shown.contains("127.0.0.1:1"), "{shown}");
     assert!(!shown.contains("hunter2"), "{shown}");
+}
+
+/// Puts members of other processes in `resource`'s line on its gate, in this order, as
+/// GATE_ACQUIRE's join does (with a 30 s lease each when `true`; none, as for a dead process,
+/// when `false`), sets the line's flag, and resets the gate's command counts.
+async fn join_line(
+    nodes: &LocalNodes,
+    redlock: &fredlock::Redlock,
+    resource: &str,
+    members: &[(&str, bool)],
+) {
+    let gate = redlock.line_node(resource).unwrap();
+    let line = line_key(redlock, resource);
+    for (score, (member, leased)) in members.iter().enumerate() {
+        let score = score.to_string();
+        let mut cmds = vec![vec![
+            "ZADD".to_string(),
+            line.clone(),
+            score,
+            member.to_string(),
+        ]];
+        if *leased {
+            cmds.push(
+                ["SET", &format!("{line}|{member}"), "1", "PX", "30000"]
+                    .map(String::from)
+                    .to_vec(),
+            );
+        }
+        for cmd in cmds {
+            let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            nodes.command(gate, &cmd).await.unwrap();
+        }
+    }
+    let flag = format!("{line}!");
+    for cmd in [
+        vec!["SET", flag.as_str(), "1", "PX", "30000"],
+        vec!["CONFIG", "RESETSTAT"],
+    ] {
+        nodes.command(gate, &cmd).await.unwrap();
+    }
+}
+
+/// Whether exactly one wake-up message is published on `gate` (waits up to `WOKEN`).
+async fn woke_one(nodes: &LocalNodes, gate: usize) -> bool {
+    eventually(WOKEN, || async {
+        command_calls(nodes, gate, "publish").await == 1
+    })
+    .await
 }
