@@ -225,6 +225,50 @@ fn the_acl_limits_hold_and_a_missing_command_is_named() {
     });
 }
 
+/// Scripts taken away from the user while a lock is held (an ACL change at run time): the
+/// release on the key's gate learns it from the server's `NOPERM`, and from then on no lock is
+/// taken on that node (it could not be released there): the error says what to grant, and
+/// nothing is sent (on Valkey the release falls back to `DELIFEQ` and succeeds).
+#[test]
+fn scripts_taken_away_at_run_time_are_learnt_by_a_release() {
+    runtime().block_on(async {
+        let nodes = LocalNodes::start(1).await.expect("nodes");
+        add_user(&nodes, "locker", &documented(&nodes)).await;
+        let redlock = one_node(&user_urls(&nodes, "locker")[0]).await;
+        // Warm-up: the connection knows its release scripts.
+        let lock = redlock.acquire("acl:late", TTL).await.expect("acquire");
+        lock.release().await.expect("release");
+        let lock = redlock.acquire("acl:late", TTL).await.expect("acquire");
+        let revoke = ["ACL", "SETUSER", "locker", "-eval", "-evalsha"];
+        nodes.command(0, &revoke).await.expect("ACL SETUSER");
+        let released = lock.release().await;
+        if nodes.server() == fredlock_testkit::Server::Valkey {
+            assert!(released.is_ok(), "{released:?}");
+            return;
+        }
+        let shown = released.expect_err("no script may run").to_string();
+        assert!(shown.contains("NOPERM"), "{shown}");
+        nodes
+            .command(0, &["CONFIG", "RESETSTAT"])
+            .await
+            .expect("RESETSTAT");
+        // Learnt: a lock that could not be released here is not taken (nothing is sent), and
+        // the error says what to do.
+        let err = redlock
+            .try_acquire("acl:late-2", TTL)
+            .await
+            .expect_err("refused before anything is sent");
+        assert!(matches!(err, Error::NotPermitted { .. }), "{err:?}");
+        assert!(err.to_string().contains("+@scripting"), "{err}");
+        let stats = nodes
+            .command(0, &["INFO", "commandstats"])
+            .await
+            .expect("INFO");
+        let stats = format!("{stats:?}");
+        assert!(!stats.contains("cmdstat_set:"), "a SET was sent: {stats}");
+    });
+}
+
 /// `rediss://` URLs with a private CA (trusted through `SSL_CERT_FILE`, as docs/operations.md
 /// tells operators) and the ACL user on top: every operation works over TLS; without the CA the
 /// error says the certificate is not trusted.

@@ -461,12 +461,14 @@ async fn lone_release(
         if reply.is_ok() {
             state.caps.set_cached(cached, true);
         }
-        return reply;
+        return crate::nodes::native::scripted(state, reply);
     }
     let sha = args(&script.sha, held);
     let again = held.clone();
     let body = move || args(script.body, &again);
-    by_sha(client, state, cached, sha, body, timeout).await
+    let reply = by_sha(client, state, cached, sha, body, timeout).await;
+    // A `NOPERM` for the script command marks scripts denied here, and says what to do.
+    crate::nodes::native::scripted(state, reply)
 }
 
 /// A `'static` string as a command argument, not copied (a script's body or SHA1).
