@@ -11,6 +11,7 @@ use fred::prelude::ClientLike;
 
 use crate::base::error::{Error, InvalidInput, NodeError, NodeErrorKind, Result};
 use crate::base::line::Line;
+use crate::nodes::confirm::Confirm;
 use crate::nodes::connection::{Identity, Servers};
 use crate::nodes::node::{Client, Node};
 use crate::nodes::subscriber::Subscribers;
@@ -60,6 +61,7 @@ pub struct Builder {
     fencing_tokens: bool,
     wake_on_release: bool,
     handover_window: Duration,
+    confirm: Option<Confirm>,
 }
 
 impl fmt::Debug for Builder {
@@ -77,6 +79,7 @@ impl fmt::Debug for Builder {
             .field("fencing_tokens", &self.fencing_tokens)
             .field("wake_on_release", &self.wake_on_release)
             .field("handover_window", &self.handover_window)
+            .field("confirm", &self.confirm)
             .finish()
     }
 }
@@ -95,6 +98,7 @@ impl Default for Builder {
             fencing_tokens: false,
             wake_on_release: true,
             handover_window: DEFAULT_HANDOVER_WINDOW,
+            confirm: None,
         }
     }
 }
@@ -284,6 +288,31 @@ impl Builder {
         self
     }
 
+    /// Counts a node's vote for an acquire (and an extension, and a hand-over's new key) only
+    /// once at least `replicas` of its replicas acknowledged the write: `WAIT replicas timeout`
+    /// on the same connection, right after the write's reply. Fewer within `timeout` is a
+    /// failed vote from that node ([`NodeErrorKind::Unconfirmed`](crate::NodeErrorKind),
+    /// naming the node and the count), and the attempt releases there as after any failure.
+    ///
+    /// For nodes with replicas and automatic failover (Sentinel-managed groups, a cloud's
+    /// managed primary): replication is asynchronous, so a primary that fails right after a
+    /// grant may be replaced by a replica that never received the key, and another client
+    /// then gets the lock within its TTL. With a confirmed vote the key is on `replicas`
+    /// replicas before it counts; Sentinel promotes the replica with the most data, so one
+    /// confirmed replica is enough while the group's priorities are left at their defaults.
+    /// Costs each acquire and extension one more round trip per node, plus the replication
+    /// delay; while a node has fewer live replicas than asked, it can grant nothing (it waits
+    /// `timeout` for each vote: that wait also delays whatever else is queued on its
+    /// connection).
+    ///
+    /// `replicas` must be at least 1 and `timeout` in `(0, 1 h]`; a Redis Cluster node is
+    /// refused (`build()` fails with [`InvalidInput::ConfirmReplicas`]). Default: no
+    /// confirmation.
+    pub fn confirm_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.confirm = Some(Confirm { replicas, timeout });
+        self
+    }
+
     /// Validates everything, creates one fred client per node and starts connecting.
     ///
     /// Returns once a quorum of nodes is connected or after `connect_wait`, whichever comes first:
@@ -307,7 +336,7 @@ impl Builder {
     pub async fn build(self) -> Result<Redlock> {
         let (drift_factor, label) = self.checked()?;
         let servers = Arc::new(Servers::default());
-        let nodes = create_nodes(self.nodes, &servers)?;
+        let nodes = create_nodes(self.nodes, &servers, self.node_timeout, self.confirm)?;
         let line = Arc::new(Line::new(
             &self.key_prefix,
             nodes.len(),
@@ -358,6 +387,23 @@ impl Builder {
         }
         // -0.0 is in range; make it a plain zero.
         let drift_factor = self.drift_factor.abs();
+        if let Some(c) = self.confirm {
+            let reason = if c.replicas == 0 {
+                Some("0 replicas confirm nothing: leave confirm_replicas unset".to_string())
+            } else if c.timeout.is_zero() {
+                Some("a timeout of zero would make WAIT block until enough replicas answer".into())
+            } else if c.timeout > MAX_NODE_TIMEOUT {
+                Some(format!(
+                    "timeout {:?} is too large (at most 1 hour)",
+                    c.timeout
+                ))
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(InvalidInput::ConfirmReplicas { reason }.into());
+            }
+        }
         self.retry.validate()?;
         let label = match &self.owner_label {
             Some(label) => {
@@ -379,18 +425,40 @@ impl Builder {
 
 /// One node per spec, not connected yet; a client without a reconnect policy or an address
 /// listed twice is refused.
-fn create_nodes(specs: Vec<NodeSpec>, servers: &Arc<Servers>) -> Result<Vec<Node>> {
+fn create_nodes(
+    specs: Vec<NodeSpec>,
+    servers: &Arc<Servers>,
+    node_timeout: Option<Duration>,
+    confirm: Option<Confirm>,
+) -> Result<Vec<Node>> {
     let mut nodes: Vec<Node> = Vec::with_capacity(specs.len());
+    // A `WAIT` blocks its connection for up to its timeout: no stall before that.
+    let node_timeout = match confirm {
+        Some(c) => Some(
+            node_timeout
+                .unwrap_or(Duration::ZERO)
+                .saturating_add(c.timeout),
+        ),
+        None => node_timeout,
+    };
     for (index, spec) in specs.into_iter().enumerate() {
         let node = match spec {
-            NodeSpec::Url(url) => Node::from_url(index, &url, servers.clone())?,
+            NodeSpec::Url(url) => Node::from_url(index, &url, servers.clone(), node_timeout)?,
             NodeSpec::Client(client) => {
                 if client.client_reconnect_policy().is_none() {
                     return Err(InvalidInput::NoReconnectPolicy { index }.into());
                 }
-                Node::from_client(index, client, servers.clone())
+                Node::from_client(index, client, servers.clone(), node_timeout)
             }
         };
+        if confirm.is_some() && node.is_cluster() {
+            return Err(InvalidInput::ConfirmReplicas {
+                reason: format!("node {index} ({}) is a Redis Cluster", node.name),
+            }
+            .into());
+        }
+        let mut node = node;
+        node.confirm = confirm;
         // The same address is the same server, whatever the database index.
         if let Some(first) = nodes.iter().position(|n| n.addr == node.addr) {
             return Err(duplicate(first, &nodes[first], index, &node, String::new()));

@@ -113,6 +113,29 @@ async fn every_invalid_configuration_has_its_error() {
         invalid(b().node_timeout(Duration::ZERO).build().await),
         InvalidInput::ZeroNodeTimeout
     );
+    // Confirmation by replicas: 0 replicas, a WAIT that would block forever or past an hour,
+    // and a cluster node (whose writes one connection's WAIT cannot confirm).
+    let long = Duration::from_secs(3601);
+    for (replicas, timeout, says) in [
+        (0, Duration::from_millis(100), "0 replicas"),
+        (1, Duration::ZERO, "zero"),
+        (1, long, "too large"),
+        (u32::MAX, Duration::MAX, "too large"),
+    ] {
+        match invalid(b().confirm_replicas(replicas, timeout).build().await) {
+            InvalidInput::ConfirmReplicas { reason } => assert!(reason.contains(says), "{reason}"),
+            other => panic!("{replicas} {timeout:?}: {other:?}"),
+        }
+    }
+    let cluster = Redlock::builder()
+        .nodes(["redis-cluster://127.0.0.1:7001"])
+        .confirm_replicas(1, Duration::from_millis(100))
+        .build()
+        .await;
+    match invalid(cluster) {
+        InvalidInput::ConfirmReplicas { reason } => assert!(reason.contains("Cluster"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
     // The same server twice (however it is spelled) would fake a majority.
     let dup = Redlock::builder()
         .nodes([

@@ -22,6 +22,10 @@
 //!   ([`begin_migration`](LocalCluster::begin_migration)), so that clients meet `MOVED` and `ASK`
 //!   redirects. [`resp_pipeline`] sends several commands on one connection (e.g. `ASKING` and
 //!   the command it allows).
+//! * [`LocalSentinel`] starts a Sentinel-managed group (a primary, replicas and sentinels, from
+//!   the same server binary) to use as ONE Redlock node (`url()` is a `redis-sentinel://` URL),
+//!   and fails it over on demand ([`failover`](LocalSentinel::failover),
+//!   [`kill_primary`](LocalSentinel::kill_primary), [`pause_primary`](LocalSentinel::pause_primary)).
 //! * [`FaultProxy`] is an in-process TCP proxy in front of a node whose
 //!   [`Fault`] (latency, blackhole, dropped or held replies, connection
 //!   resets) can be switched at run time. No root or `tc` needed.
@@ -78,6 +82,7 @@ mod flavour;
 mod process;
 mod proxy;
 mod resp;
+mod sentinel;
 mod server;
 pub mod strawman;
 mod test_nodes;
@@ -89,5 +94,6 @@ pub use flavour::{
 };
 pub use proxy::{Blackhole, Fault, FaultProxy};
 pub use resp::{resp_command, resp_pipeline, RespValue};
+pub use sentinel::{LocalSentinel, SENTINEL_DOWN_AFTER, SENTINEL_SERVICE, SYNC_KEY};
 pub use server::LocalNodes;
 pub use test_nodes::{env_nodes, from_env_or_start, TestNodes};

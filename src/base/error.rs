@@ -51,6 +51,11 @@ pub enum NodeErrorKind {
     /// run (a Lua script for a user without `+@scripting`), or a key outside the user's
     /// patterns. The message has the server's words and the fix. Retrying cannot help.
     Permission,
+    /// The node granted, but fewer of its replicas than
+    /// [`Builder::confirm_replicas`](crate::Builder::confirm_replicas) asks for acknowledged
+    /// the write in time (`WAIT`): a failover could lose it, so the vote does not count (and
+    /// the key is released there). The message gives the count.
+    Unconfirmed,
 }
 
 impl NodeErrorKind {
@@ -63,6 +68,7 @@ impl NodeErrorKind {
                 | NodeErrorKind::UnexpectedReply
                 | NodeErrorKind::Permission
                 | NodeErrorKind::Auth
+                | NodeErrorKind::Unconfirmed
         )
     }
 }
@@ -85,6 +91,7 @@ impl fmt::Display for NodeErrorKind {
             NodeErrorKind::Client => "client",
             NodeErrorKind::Duplicate => "duplicate server",
             NodeErrorKind::Permission => "permission",
+            NodeErrorKind::Unconfirmed => "not confirmed by replicas",
         })
     }
 }
@@ -292,6 +299,14 @@ pub enum InvalidInput {
     /// Retry delay plus jitter overflowed.
     #[error("retry delay plus jitter is too large")]
     RetryTooLarge,
+    /// [`Builder::confirm_replicas`](crate::Builder::confirm_replicas) with 0 replicas, a
+    /// timeout of zero or above 1 hour, or with a Redis Cluster node (whose writes `WAIT` on
+    /// one connection cannot confirm).
+    #[error("confirm_replicas: {reason}")]
+    ConfirmReplicas {
+        /// What is wrong, in words.
+        reason: String,
+    },
     /// A per-node timeout of zero.
     #[error("node timeout must be greater than zero")]
     ZeroNodeTimeout,

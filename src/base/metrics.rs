@@ -127,6 +127,7 @@ fn kind_label(kind: NodeErrorKind) -> Option<&'static str> {
         NodeErrorKind::Tls => "tls",
         NodeErrorKind::Client => "client",
         NodeErrorKind::Permission => "permission",
+        NodeErrorKind::Unconfirmed => "unconfirmed",
         NodeErrorKind::Duplicate => return None,
     })
 }

@@ -352,7 +352,7 @@ impl Shards {
             format!("{} shard {addr}", self.node),
             Arc::new(Servers::default()),
         );
-        connection::spawn(client.clone(), state.clone());
+        connection::spawn(client.clone(), state.clone(), None);
         let shard = Arc::new(Shard {
             addr: addr.to_string(),
             client,

@@ -416,6 +416,20 @@ pub(crate) fn client(config: fred::prelude::Config) -> Result<Client, fred::erro
     builder(config, 100_000).build()
 }
 
+/// How long a Sentinel-managed node's connection may go without answering a `PING` before
+/// fredlock makes fred open it again (asking the sentinels for the primary): twice the longest
+/// command timeout fredlock sends it (its node timeout when set above 2 s, its identification's
+/// 2 s otherwise), so that a slow answer is never taken for a stall.
+pub(crate) fn stall_bound(node_timeout: Option<Duration>) -> Duration {
+    node_timeout
+        .unwrap_or(IDENTIFY_TIMEOUT)
+        .max(IDENTIFY_TIMEOUT)
+        .saturating_mul(2)
+}
+
+/// The timeout of the `INFO server` that identifies a server after each (re)connect.
+const IDENTIFY_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// fredlock's fred settings for one connection, for [`client`] and the subscriber connections:
 /// one attempt per command (never a replay), a bounded queue of `buffer` commands, a reconnect
 /// policy, and timeouts on everything.
@@ -446,14 +460,51 @@ pub(crate) fn builder(mut config: fred::prelude::Config, buffer: usize) -> fred:
 /// identification). It never waits. The first attempt is made at once; failed attempts are
 /// retried with backoff (50 ms doubling to 2 s), each cause recorded; once connected the server
 /// is identified, and identified again after every reconnect.
-pub(crate) fn spawn(client: Client, state: Arc<State>) {
+///
+/// With `stall` (a Sentinel-managed node, see [`stall_bound`]), it also sends a `PING` every
+/// quarter of it, and makes fred reconnect when one goes unanswered that long: a primary that
+/// stops answering without closing its connections (frozen, or cut off by the network) would
+/// otherwise keep the node after the sentinels promoted a replica, until it came back. (fred's
+/// own unresponsive check counts from the latest write, so steady traffic never trips it.)
+pub(crate) fn spawn(client: Client, state: Arc<State>, stall: Option<Duration>) {
     tokio::spawn(async move {
         let mut closed = state.closed.subscribe();
         tokio::select! {
-            () = run(client, state.clone()) => {}
+            () = run(client.clone(), state.clone()) => {}
+            () = watch_stall(client, &state, stall) => {}
             _ = closed.wait_for(|c| *c) => {}
         }
     });
+}
+
+/// See [`spawn`]: never returns.
+async fn watch_stall(client: Client, state: &State, stall: Option<Duration>) {
+    let Some(stall) = stall else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep((stall / 4).max(Duration::from_millis(100))).await;
+        if client.state() != ClientState::Connected {
+            continue;
+        }
+        let ping = CustomCommand::new_static("PING", ClusterHash::Random, false);
+        let reply = client
+            .with_options(&options(stall))
+            .custom::<Value, Value>(ping, Vec::new())
+            .await;
+        if matches!(&reply, Err(e) if *e.kind() == ErrorKind::Timeout) {
+            tracing::warn!(
+                node = %state.name,
+                "no answer to PING within {stall:?}: reconnecting (through the sentinels)"
+            );
+            state.set_cause(Some((
+                NodeErrorKind::Timeout,
+                format!("no answer within {stall:?}; reconnecting through the sentinels"),
+            )));
+            state.observe();
+            let _ = tokio::time::timeout(stall, client.force_reconnection()).await;
+        }
+    }
 }
 
 async fn run(client: Client, state: Arc<State>) {
@@ -523,7 +574,7 @@ async fn identify(client: &Client, state: &State) {
     loop {
         let info = CustomCommand::new_static("INFO", ClusterHash::Random, false);
         let reply = client
-            .with_options(&options(Duration::from_secs(2)))
+            .with_options(&options(IDENTIFY_TIMEOUT))
             .custom::<Value, Value>(info, vec![Value::from("server")])
             .await;
         let info = match &reply {

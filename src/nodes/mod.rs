@@ -15,6 +15,7 @@ pub(crate) mod batch;
 pub(crate) mod batcher;
 pub(crate) mod caps;
 pub(crate) mod cluster;
+pub(crate) mod confirm;
 pub(crate) mod connection;
 pub(crate) mod native;
 pub(crate) mod node;

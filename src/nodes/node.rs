@@ -71,6 +71,10 @@ pub(crate) struct Node {
     pub(super) batch: Option<Batch>,
     /// This node refused a line script (the user may not run scripts): it keeps no lines.
     pub(super) no_line: std::sync::atomic::AtomicBool,
+    /// A Sentinel-managed node's stall bound (see `connection::spawn`).
+    stall: Option<Duration>,
+    /// Replicas that must acknowledge each vote of an acquire or extension (see `confirm`).
+    pub(crate) confirm: Option<crate::nodes::confirm::Confirm>,
 }
 
 impl std::fmt::Debug for Node {
@@ -157,6 +161,7 @@ impl Node {
         index: usize,
         url: &str,
         servers: Arc<Servers>,
+        node_timeout: Option<Duration>,
     ) -> Result<Node, InvalidInput> {
         crate::base::endpoint::check(index, url)?;
         let invalid = |e: fred::error::Error| InvalidInput::InvalidUrl {
@@ -167,15 +172,25 @@ impl Node {
         };
         let config = Config::from_url(url.trim()).map_err(invalid)?;
         let client = connection::client(config).map_err(invalid)?;
-        let mut node = Node::from_client(index, client, servers);
+        let mut node = Node::from_client(index, client, servers, node_timeout);
         node.owned = true;
         Ok(node)
     }
 
     /// Wraps a caller's client. It must have a reconnect policy (checked by the builder). A
     /// cluster client only lends its configuration: fredlock opens its own shard clients.
-    pub(crate) fn from_client(index: usize, client: Client, servers: Arc<Servers>) -> Node {
+    /// `node_timeout` (the builder's) bounds the stall watch of a Sentinel-managed node.
+    pub(crate) fn from_client(
+        index: usize,
+        client: Client,
+        servers: Arc<Servers>,
+        node_timeout: Option<Duration>,
+    ) -> Node {
         let config = client.client_config();
+        // A group's connection that stops answering is given up (and the sentinels asked
+        // again), so that the node follows a failover away from a frozen primary.
+        let stall = matches!(config.server, ServerConfig::Sentinel { .. })
+            .then(|| connection::stall_bound(node_timeout));
         let (name, addr) = describe(&config);
         let state = State::new(index, name.clone(), servers);
         let (backend, batch) = if config.server.is_clustered() {
@@ -194,6 +209,8 @@ impl Node {
             quit: Default::default(),
             batch,
             no_line: Default::default(),
+            stall,
+            confirm: None,
         }
     }
 
@@ -245,7 +262,9 @@ impl Node {
     /// therefore start while a node is down.
     pub(crate) fn connect(&self) {
         match &self.backend {
-            Backend::Server(client) => connection::spawn(client.clone(), self.state.clone()),
+            Backend::Server(client) => {
+                connection::spawn(client.clone(), self.state.clone(), self.stall)
+            }
             Backend::Cluster(shards) => shards.spawn(),
         }
     }
@@ -581,11 +600,11 @@ mod tests {
     #[test]
     fn loopback_names_are_one_server() {
         let servers = Arc::new(Servers::default());
-        let a = Node::from_url(0, "redis://localhost:7001", servers.clone()).unwrap();
-        let b = Node::from_url(1, "redis://127.0.0.1:7001/0", servers.clone()).unwrap();
+        let a = Node::from_url(0, "redis://localhost:7001", servers.clone(), None).unwrap();
+        let b = Node::from_url(1, "redis://127.0.0.1:7001/0", servers.clone(), None).unwrap();
         assert_eq!(a.name, b.name);
         // A database index never makes a node independent.
-        let c = Node::from_url(2, "redis://127.0.0.1:7001/1", servers).unwrap();
+        let c = Node::from_url(2, "redis://127.0.0.1:7001/1", servers, None).unwrap();
         assert_ne!(a.name, c.name);
         assert_eq!(a.addr, c.addr);
     }
@@ -593,11 +612,17 @@ mod tests {
     #[test]
     fn names_and_errors_hide_credentials() {
         let servers = Arc::new(Servers::default());
-        let a = Node::from_url(0, "redis://user:hunter2@127.0.0.1:7001", servers.clone()).unwrap();
+        let a = Node::from_url(
+            0,
+            "redis://user:hunter2@127.0.0.1:7001",
+            servers.clone(),
+            None,
+        )
+        .unwrap();
         assert!(!a.name.contains("hunter2"));
         assert!(!format!("{a:?}").contains("hunter2"));
-        let err =
-            Node::from_url(0, "redis://user:hunter2@127.0.0.1:notaport", servers).unwrap_err();
+        let err = Node::from_url(0, "redis://user:hunter2@127.0.0.1:notaport", servers, None)
+            .unwrap_err();
         assert!(!err.to_string().contains("hunter2"), "{err}");
     }
 }

@@ -50,7 +50,8 @@ impl Node {
         if let Err(e) = self.state.counts() {
             return vec![Vote::Failed(e); batch.len()];
         }
-        if let Some(votes) = self.extend_many_native(&batch, timeout).await {
+        if let Some(mut votes) = self.extend_many_native(&batch, timeout).await {
+            self.confirm_all(&mut votes, timeout).await;
             return votes;
         }
         // One script per TTL (and, on a cluster, per hash slot); a lock's keys may span slots.
@@ -96,14 +97,26 @@ impl Node {
                 per_lock[*j].push(vote);
             }
         }
-        per_lock
+        let mut votes: Vec<Vote> = per_lock
             .into_iter()
             .map(|votes| match votes.is_empty() {
                 // Never: every lock has a key. But no answer is never a grant.
                 true => Vote::Failed(self.unexpected("answer")),
                 false => all(votes),
             })
-            .collect()
+            .collect();
+        self.confirm_all(&mut votes, timeout).await;
+        votes
+    }
+
+    /// One `WAIT` confirms every extension of a batch (see `confirm`).
+    async fn confirm_all(&self, votes: &mut [Vote], timeout: Duration) {
+        if self.confirm.is_some() && votes.contains(&Vote::Granted) {
+            let confirmed = self.confirmed(Vote::Granted, timeout).await;
+            for vote in votes.iter_mut().filter(|v| **v == Vote::Granted) {
+                *vote = confirmed.clone();
+            }
+        }
     }
 
     /// On a single server whose user may not run scripts but has `SET ... IFEQ`, with only

@@ -272,10 +272,13 @@ impl Node {
                     .await
             }
         };
-        reply::passed(
+        let mut passed = reply::passed(
             &self.name,
             crate::nodes::native::scripted(&self.state, reply),
-        )
+        );
+        // The waiter's key counts once the replicas confirmed it (see `confirm`).
+        passed.theirs = self.confirmed(passed.theirs, timeout).await;
+        passed
     }
 
     /// Leaves `line` (a waiter that gave up), or with no member pokes it (a broken lock): the

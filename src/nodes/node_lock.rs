@@ -31,65 +31,74 @@ fn scripts_denied(e: &NodeError) -> bool {
 
 impl Node {
     /// `SET key token NX PX ttl` for one key, the all-or-none script for several; with fencing,
-    /// the script that also reads each key's counter.
+    /// the script that also reads each key's counter. A grant counts once the node's replicas
+    /// confirmed it, when the builder asks for that (see `confirm`).
     pub(crate) async fn acquire(
         self: Arc<Self>,
         held: Arc<Held>,
         ttl_ms: u64,
         timeout: Duration,
     ) -> Acquired {
-        // A node that is not identified yet, or is the same server as another entry, must not
-        // vote: nothing is sent, so nothing needs cleaning up there.
-        if let Err(e) = self.state.counts() {
-            return Acquired::plain(Vote::Failed(e));
-        }
-        // Neither scripts nor a native compare-and-delete: a key set here could never be
-        // released nor extended, so nothing is set.
-        if let Some(message) = self.state.caps.no_lock() {
-            return Acquired::plain(Vote::Failed(NodeError {
-                node: self.name.clone(),
-                kind: NodeErrorKind::Permission,
-                message,
-            }));
-        }
-        // Only a waiter in line asks the gate's script; a first attempt sends the plain
-        // `SET NX` here too (the line's machinery starts at its first refusal).
-        let member = |l: &&LineRef| l.member.is_some();
-        if let Some(line) = self.gated(&held.line).filter(member) {
+        let mut acquired = 'vote: {
+            // A node that is not identified yet, or is the same server as another entry, must not
+            // vote: nothing is sent, so nothing needs cleaning up there.
+            if let Err(e) = self.state.counts() {
+                break 'vote Acquired::plain(Vote::Failed(e));
+            }
+            // Neither scripts nor a native compare-and-delete: a key set here could never be
+            // released nor extended, so nothing is set.
+            if let Some(message) = self.state.caps.no_lock() {
+                break 'vote Acquired::plain(Vote::Failed(NodeError {
+                    node: self.name.clone(),
+                    kind: NodeErrorKind::Permission,
+                    message,
+                }));
+            }
+            // Only a waiter in line asks the gate's script; a first attempt sends the plain
+            // `SET NX` here too (the line's machinery starts at its first refusal).
+            let member = |l: &&LineRef| l.member.is_some();
+            if let Some(line) = self.gated(&held.line).filter(member) {
+                let _running = self.inflight(&held.value);
+                let here = self.acquire_gated(&held, line, ttl_ms, timeout);
+                let answer = match &self.backend {
+                    Backend::Server(_) => here.await,
+                    Backend::Cluster(_) => {
+                        Box::pin(crate::nodes::cluster::creating(&held.value, here)).await
+                    }
+                };
+                match &answer.vote {
+                    // This user may not run scripts here: no line on this node; the plain SET.
+                    Vote::Failed(e) if scripts_denied(e) => {
+                        tracing::warn!(node = %self.name, cause = %e.message, "fredlock: this node refuses scripts, so it keeps no wait line (waiters poll); grant +@scripting to the user");
+                        self.no_line
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    _ => break 'vote answer,
+                }
+            }
+            if let (Some(batch), [_], true) = (
+                &self.batch,
+                held.keys.as_slice(),
+                held.fence_keys.is_empty(),
+            ) {
+                let reply = batch.acquire(&held, ttl_ms, timeout).await;
+                break 'vote Acquired::plain(reply::set_nx(&self.name, reply));
+            }
             let _running = self.inflight(&held.value);
-            let here = self.acquire_gated(&held, line, ttl_ms, timeout);
-            let answer = match &self.backend {
-                Backend::Server(_) => here.await,
+            match &self.backend {
+                Backend::Server(_) => self.acquire_here(&held, ttl_ms, timeout).await,
                 Backend::Cluster(_) => {
+                    let here = self.acquire_here(&held, ttl_ms, timeout);
                     Box::pin(crate::nodes::cluster::creating(&held.value, here)).await
                 }
-            };
-            match &answer.vote {
-                // This user may not run scripts here: no line on this node; the plain SET.
-                Vote::Failed(e) if scripts_denied(e) => {
-                    tracing::warn!(node = %self.name, cause = %e.message, "fredlock: this node refuses scripts, so it keeps no wait line (waiters poll); grant +@scripting to the user");
-                    self.no_line
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
-                }
-                _ => return answer,
             }
+        };
+        // In this function's own body, not a layer around it: the acquire path's futures nest
+        // deep enough already.
+        if self.confirm.is_some() {
+            acquired.vote = self.confirmed(acquired.vote, timeout).await;
         }
-        if let (Some(batch), [_], true) = (
-            &self.batch,
-            held.keys.as_slice(),
-            held.fence_keys.is_empty(),
-        ) {
-            let reply = batch.acquire(&held, ttl_ms, timeout).await;
-            return Acquired::plain(reply::set_nx(&self.name, reply));
-        }
-        let _running = self.inflight(&held.value);
-        match &self.backend {
-            Backend::Server(_) => self.acquire_here(&held, ttl_ms, timeout).await,
-            Backend::Cluster(_) => {
-                let here = self.acquire_here(&held, ttl_ms, timeout);
-                Box::pin(crate::nodes::cluster::creating(&held.value, here)).await
-            }
-        }
+        acquired
     }
 
     async fn acquire_here(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Acquired {
@@ -289,12 +298,16 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
     ) -> Vote {
-        if let Some(vote) = self.extend_native(&held, ttl_ms, timeout).await {
-            return vote;
-        }
-        let scripts = crate::base::scripts::Scripts::get();
-        self.ttl_script(&scripts.extend, held, ttl_ms, timeout)
-            .await
+        let vote = match self.extend_native(&held, ttl_ms, timeout).await {
+            Some(vote) => vote,
+            None => {
+                let scripts = crate::base::scripts::Scripts::get();
+                self.clone()
+                    .ttl_script(&scripts.extend, held, ttl_ms, timeout)
+                    .await
+            }
+        };
+        self.confirmed(vote, timeout).await
     }
 
     /// Re-sets `held`'s keys on this node where they are missing, with our value and `ttl_ms`:
@@ -493,7 +506,7 @@ mod future_size {
     #[test]
     fn node_futures_stay_small() {
         let servers = Arc::new(Servers::default());
-        let node = Arc::new(Node::from_url(0, "redis://127.0.0.1:1", servers).expect("node"));
+        let node = Arc::new(Node::from_url(0, "redis://127.0.0.1:1", servers, None).expect("node"));
         let held = Arc::new(Held {
             keys: vec!["a".into()],
             value: "t".into(),

@@ -45,13 +45,14 @@ impl Node {
             return Slot::Failed(e);
         }
         let _running = self.inflight(&req.value);
-        match &self.backend {
+        let slot = match &self.backend {
             Backend::Server(_) => self.take_slot_here(&req, timeout).await,
             Backend::Cluster(_) => {
                 let here = self.take_slot_here(&req, timeout);
                 Box::pin(crate::nodes::cluster::creating(&req.value, here)).await
             }
-        }
+        };
+        self.confirmed_slot(slot, timeout).await
     }
 
     async fn take_slot_here(&self, req: &SlotRequest, timeout: Duration) -> Slot {
@@ -83,7 +84,8 @@ impl Node {
 
     /// A script of a primitive above (a read-write lock's) over `keys`, which share one hash
     /// slot, with `argv`. `creating`: the value the script may store, for an acquire (on a
-    /// cluster node a release of that value then waits for it, as for a lock's acquire).
+    /// cluster node a release of that value then waits for it, as for a lock's acquire; with
+    /// confirmation, its reply stands once the replicas acknowledged it).
     pub(crate) async fn eval_script(
         self: Arc<Self>,
         script: &'static Script,
@@ -96,11 +98,17 @@ impl Node {
         let _running = creating.as_deref().and_then(|v| self.inflight(v));
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         let here = self.script_on(script, &refs, &argv, timeout);
-        match (&self.backend, creating) {
+        let creates = creating.is_some();
+        let reply = match (&self.backend, creating) {
             (Backend::Cluster(_), Some(value)) => {
                 Box::pin(crate::nodes::cluster::creating(&value, here)).await
             }
             _ => here.await,
+        };
+        // An acquire's write counts once the replicas confirmed it (see `confirm`).
+        match creates {
+            true => self.confirmed_reply(reply, timeout).await,
+            false => reply,
         }
     }
 
