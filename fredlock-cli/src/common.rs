@@ -1,4 +1,5 @@
-//! The options every subcommand shares (`--nodes`, `--prefix`) and the `Redlock` they make.
+//! The options every subcommand shares (`--nodes`, `--prefix`, `--confirm-replicas`) and the
+//! `Redlock` they make.
 //!
 //! Owns reading the node list and building the client, with the exit code when that fails.
 //! Must not run a subcommand.
@@ -29,6 +30,27 @@ pub struct Common {
         global = true
     )]
     pub prefix: String,
+    /// Count a node's vote for an acquire or an extension only once N of its replicas
+    /// acknowledged the write (`WAIT`): for nodes with replicas and automatic failover
+    /// (Sentinel groups, managed primaries). `health` then checks that each node has N.
+    #[arg(
+        long,
+        env = "FREDLOCK_CONFIRM_REPLICAS",
+        global = true,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub confirm_replicas: Option<u32>,
+    /// How long a node waits for its replicas to confirm a vote (with --confirm-replicas).
+    #[arg(
+        long,
+        env = "FREDLOCK_CONFIRM_TIMEOUT",
+        global = true,
+        default_value = "100ms",
+        value_parser = crate::duration::parse,
+        value_name = "DURATION"
+    )]
+    pub confirm_timeout: std::time::Duration,
 }
 
 /// The node URLs, or `None` after saying how to give them. Commas, whitespace or both
@@ -57,6 +79,9 @@ pub async fn connect(common: &Common, label: Option<&str>) -> Result<Redlock, i3
         .key_prefix(common.prefix.clone());
     if let Some(label) = label {
         builder = builder.owner_label(label);
+    }
+    if let Some(n) = common.confirm_replicas {
+        builder = builder.confirm_replicas(n, common.confirm_timeout);
     }
     builder.build().await.map_err(|e| exit::fail(&e))
 }

@@ -8,7 +8,9 @@
 //!   nor RDB snapshots are on;
 //! - `maxmemory-policy`: any policy but `noeviction` may evict lock keys (a TTL key is exactly
 //!   what `volatile-*` evicts first);
-//! - replicas: asynchronous replication plus a failover can lose a lock key;
+//! - replicas: asynchronous replication plus a failover can lose a lock key, unless votes are
+//!   confirmed (`--confirm-replicas N`), and then a node with fewer than N replicas can grant
+//!   nothing; the replicas' lag;
 //! - the spread of the nodes' clocks (TIME): locks expire by each node's own clock.
 //!
 //! Reads use the Redlock's own client for each node (`Redlock::client`), one command at a time,
@@ -85,6 +87,7 @@ pub async fn health(
     timeout: Duration,
     json_out: bool,
     allow: &[String],
+    confirm: Option<u32>,
 ) -> i32 {
     let (redlock, kept, duplicates) = match build(urls, prefix, timeout).await {
         Ok(b) => b,
@@ -126,7 +129,7 @@ pub async fn health(
             continue;
         }
         match redlock.client(pos) {
-            Some(client) => check_node(client, timeout, report).await,
+            Some(client) => check_node(client, timeout, report, confirm).await,
             None => report.warnings.push(Warning::new(
                 "cluster-unchecked",
                 "a Redis Cluster node: its shards are not checked here",

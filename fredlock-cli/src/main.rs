@@ -50,6 +50,7 @@ EXIT CODES:
 ENVIRONMENT:
   FREDLOCK_NODES   node URLs, separated by commas or spaces (as --nodes)
   FREDLOCK_PREFIX  key prefix (as --prefix)
+  FREDLOCK_CONFIRM_REPLICAS, FREDLOCK_CONFIRM_TIMEOUT  as --confirm-replicas, --confirm-timeout
   FREDLOCK_LABEL   owner label (as --label)
   FREDLOCK_LEASE   a lease (as --lease)";
 
@@ -245,7 +246,15 @@ async fn dispatch(cli: Cli) -> i32 {
             let Some(urls) = node_urls(&common) else {
                 return exit::USAGE;
             };
-            health::health(&urls, &common.prefix, args.timeout, args.json, &args.allow).await
+            health::health(
+                &urls,
+                &common.prefix,
+                args.timeout,
+                args.json,
+                &args.allow,
+                common.confirm_replicas,
+            )
+            .await
         }
         Command::Acquire(args) => lease::acquire(&common, args).await,
         Command::Extend(args) => lease::extend(&common, args).await,

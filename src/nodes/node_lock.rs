@@ -466,7 +466,8 @@ impl Node {
         reply::Checked { vote, pttl_ms }
     }
 
-    /// Raises each fencing counter to at least its token (a max-register). Granted when done.
+    /// Raises each fencing counter to at least its token (a max-register). Granted when done
+    /// (and, with confirmation, once the replicas have it).
     pub(crate) async fn raise_fence(
         self: Arc<Self>,
         fence: Arc<(Vec<String>, Vec<u64>)>,
@@ -488,10 +489,13 @@ impl Node {
                 .await;
             reply::fence_raised(&this.name, reply)
         };
-        match self.slot_groups(&fence.0) {
+        let vote = match self.slot_groups(&fence.0) {
             None => raise((0..fence.0.len()).collect()).await,
             Some(groups) => all(futures::future::join_all(groups.into_iter().map(raise)).await),
-        }
+        };
+        // A raise a failover lost could let a later quorum hand out a smaller token: it counts
+        // once the replicas confirmed it, as the acquire did (see `confirm`).
+        self.confirmed(vote, timeout).await
     }
 }
 

@@ -28,6 +28,8 @@ pub(super) struct NodeReport {
     pub(super) run_id: Option<String>,
     pub(super) role: Option<String>,
     pub(super) replicas: Option<u64>,
+    /// The largest `lag` (seconds since its last acknowledgement) among the replicas.
+    pub(super) replica_lag_s: Option<u64>,
     pub(super) aof: Option<bool>,
     pub(super) appendfsync: Option<String>,
     pub(super) save: Option<String>,
@@ -86,6 +88,7 @@ pub(super) async fn check_node(
     client: &fredlock::fred::clients::Client,
     timeout: Duration,
     r: &mut NodeReport,
+    confirm: Option<u32>,
 ) {
     // Round trip: the best of three PINGs.
     let mut best: Option<Duration> = None;
@@ -120,6 +123,7 @@ pub(super) async fn check_node(
     r.run_id = info.get("run_id").cloned();
     r.role = info.get("role").cloned();
     r.replicas = info.get("connected_slaves").and_then(|v| v.parse().ok());
+    r.replica_lag_s = replica_lag(&info);
     r.aof = info.get("aof_enabled").map(|v| v == "1");
     r.maxmemory_policy = info.get("maxmemory_policy").cloned();
     // CONFIG may be renamed or forbidden (managed services): then what INFO says is all.
@@ -157,21 +161,37 @@ pub(super) async fn check_node(
             r.clock_offset_ms = Some(node_ms - local.as_secs_f64() * 1000.0);
         }
     }
-    warn(r, config_failed);
+    warn(r, config_failed, confirm);
 }
 
-/// The warnings a node's settings call for.
-fn warn(r: &mut NodeReport, config_failed: Option<String>) {
+/// The largest `lag=` of the `slaveN:` lines of `INFO` (a primary's replicas).
+fn replica_lag(info: &HashMap<String, String>) -> Option<u64> {
+    info.iter()
+        .filter(|(k, _)| {
+            k.strip_prefix("slave")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .filter_map(|(_, v)| v.split(',').find_map(|f| f.strip_prefix("lag=")))
+        .filter_map(|lag| lag.parse::<u64>().ok())
+        .max()
+}
+
+/// The warnings a node's settings call for (`confirm`: `--confirm-replicas`).
+fn warn(r: &mut NodeReport, config_failed: Option<String>, confirm: Option<u32>) {
     if r.role.as_deref() == Some("slave") || r.role.as_deref() == Some("replica") {
         r.warnings.push(Warning::new(
             "replica",
             "this node is a replica: lock writes fail (READONLY); list independent primaries",
         ));
     }
-    if let Some(n) = r.replicas.filter(|&n| n > 0) {
-        r.warnings.push(Warning::new("replicas-connected", format!(
-            "{n} replica(s) connected: a failover to a replica can lose lock keys (replication is asynchronous); Redlock wants independent primaries without failover"
-        )));
+    match (r.replicas, confirm) {
+        (Some(n), None) if n > 0 => r.warnings.push(Warning::new("replicas-connected", format!(
+            "{n} replica(s) connected: a failover to a replica can lose lock keys (replication is asynchronous); confirm votes with --confirm-replicas 1, or run independent primaries without failover"
+        ))),
+        (Some(n), Some(want)) if n < u64::from(want) => r.warnings.push(Warning::new("too-few-replicas", format!(
+            "{n} replica(s) connected, --confirm-replicas asks for {want}: no vote of this node can be confirmed, so it grants no lock"
+        ))),
+        _ => {}
     }
     match r.maxmemory_policy.as_deref() {
         Some("noeviction") => {}
@@ -269,7 +289,7 @@ mod tests {
     #[test]
     fn a_durable_primary_with_noeviction_has_no_warning() {
         let mut r = healthy();
-        warn(&mut r, None);
+        warn(&mut r, None, None);
         assert!(r.warnings.is_empty());
     }
 
@@ -281,7 +301,7 @@ mod tests {
             replicas: Some(1),
             ..healthy()
         };
-        warn(&mut r, None);
+        warn(&mut r, None, None);
         let all: Vec<String> = r
             .warnings
             .iter()
@@ -298,19 +318,46 @@ mod tests {
             save: Some("3600 1".into()),
             ..healthy()
         };
-        warn(&mut r, None);
+        warn(&mut r, None, None);
         assert!(r.warnings.is_empty());
         let mut r = NodeReport {
             appendfsync: Some("no".into()),
             ..healthy()
         };
-        warn(&mut r, None);
+        warn(&mut r, None, None);
         assert_eq!(r.warnings.len(), 1);
         assert_eq!(r.warnings[0].id, "no-persistence");
         // Every id a warning can carry is known to --allow.
         assert!(allowable("no-persistence").is_ok());
         assert!(allowable("duplicate").is_err());
         assert!(allowable("nonsense").is_err());
+    }
+
+    #[test]
+    fn replicas_against_the_confirmation_asked() {
+        let with = |replicas: u64, confirm: Option<u32>| {
+            let mut r = NodeReport {
+                replicas: Some(replicas),
+                ..healthy()
+            };
+            warn(&mut r, None, confirm);
+            r.warnings.iter().map(|w| w.id).collect::<Vec<_>>()
+        };
+        assert_eq!(with(1, None), ["replicas-connected"]);
+        assert_eq!(with(0, Some(1)), ["too-few-replicas"]);
+        assert_eq!(with(1, Some(2)), ["too-few-replicas"]);
+        assert!(
+            with(1, Some(1)).is_empty(),
+            "confirmed: a failover keeps the keys"
+        );
+        assert!(with(0, None).is_empty());
+        assert!(allowable("too-few-replicas").is_ok());
+        let info = parse_info(
+            "# Replication\r\nconnected_slaves:2\r\nslave0:ip=a,port=1,state=online,offset=5,lag=0\r\n\
+             slave1:ip=b,port=2,state=online,offset=3,lag=3\r\nslave_read_only:1\r\n",
+        );
+        assert_eq!(replica_lag(&info), Some(3));
+        assert_eq!(replica_lag(&HashMap::new()), None);
     }
 
     #[test]

@@ -134,6 +134,7 @@ fn node_json(r: &NodeReport) -> Json {
         "run_id": r.run_id,
         "role": r.role,
         "replicas": r.replicas,
+        "replica_lag_s": r.replica_lag_s,
         "aof": r.aof,
         "appendfsync": r.appendfsync,
         "save": r.save,
@@ -163,8 +164,13 @@ fn print_node(r: &NodeReport) {
             (Some(false), Some(_)) => "none".to_string(),
             _ => "unknown".to_string(),
         };
+        let replicas = match (r.replicas, r.replica_lag_s) {
+            (Some(n), Some(lag)) if n > 0 => format!("  replicas {n} (lag {lag}s)"),
+            (Some(n), _) if n > 0 => format!("  replicas {n}"),
+            _ => String::new(),
+        };
         format!(
-            "ok  rtt {}  {}  role {}  persistence {persistence}  maxmemory-policy {}",
+            "ok  rtt {}  {}  role {}{replicas}  persistence {persistence}  maxmemory-policy {}",
             r.rtt
                 .map_or("?".into(), |d| format!("{:.2}ms", d.as_secs_f64() * 1000.0)),
             r.version.as_deref().unwrap_or("version unknown"),

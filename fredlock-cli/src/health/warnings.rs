@@ -26,6 +26,7 @@ const WARNINGS: &[(&str, bool)] = &[
     ("duplicate", false),
     ("replica", true),
     ("replicas-connected", true),
+    ("too-few-replicas", true),
     ("eviction", true),
     ("maxmemory-policy-unknown", true),
     ("no-persistence", true),

@@ -17,6 +17,8 @@ pub fn fredlock(nodes: &[String]) -> Command {
     cmd.env("FREDLOCK_NODES", nodes.join(","))
         .env_remove("FREDLOCK_PREFIX")
         .env_remove("FREDLOCK_LABEL")
+        .env_remove("FREDLOCK_CONFIRM_REPLICAS")
+        .env_remove("FREDLOCK_CONFIRM_TIMEOUT")
         .stdin(Stdio::null())
         .kill_on_drop(true);
     cmd
