@@ -37,12 +37,15 @@ test-stress: redis-server
 ## (bench_elect: 64 observer processes, handover, observer lag, idle cost, failover, priorities).
 ## then the read-write lock against the mutex (bench_rwlock: 16 readers and 1 writer, as tasks
 ## and as processes). BENCH_ARGS=--fleet-only: only the fleet table; BENCH_ARGS=--quick: shorter everything.
-## Last, plain locks with and without Lua on 3 Valkey nodes (bench_valkey: latency and server CPU per cycle).
+## Then plain locks with and without Lua on 3 Valkey nodes (bench_valkey: latency and server CPU per cycle).
+## Last, what confirmed votes cost on Sentinel groups (bench_replicas: serial p50 and 64 tasks,
+## with and without confirm_replicas(1, 100 ms)).
 bench: redis-server valkey-server
 	$(CARGO) run --release --example bench -- $(BENCH_ARGS)
 	$(CARGO) run --release --example bench_elect
 	$(CARGO) run --release --example bench_rwlock -- $(BENCH_ARGS)
 	$(CARGO) run --release --example bench_valkey -- $(filter --quick,$(BENCH_ARGS))
+	$(CARGO) run --release --example bench_replicas -- $(filter --quick,$(BENCH_ARGS))
 
 ## make scheduler: three scheduler processes elect a leader; the leader is killed; another takes over
 scheduler: redis-server
