@@ -56,7 +56,9 @@ scheduler: redis-server
 ## plus a fleet run (32 Redlocks waiting for 3 hot resources, every fault, liveness rows judged
 ## against a floor client of the same run), the negative controls and the liveness controls
 ## (a thundering-herd strawman must be flagged), then the election mode with observers and its
-## control (SECS=600 in all; SEED empty = a random seed, printed for replay).
+## control, then the failover mode (every node a Sentinel group failed over at random while
+## clients contend with confirmed votes; its control: the same failover without confirmation
+## must let a second holder in) (SECS=600 in all; SEED empty = a random seed, printed for replay).
 ## Exit 1 on a violation or a control the checker missed.
 SECS ?= 600
 SEED ?=

@@ -18,7 +18,9 @@
 //! a floor client of the same run, then the liveness controls: a thundering-herd strawman that
 //! must be flagged and fredlock polling that must not; see `TortureConfig::fleet`), and `all`
 //! (the five; the default). Every mode ends with the election mode (candidates and observers,
-//! with its control); `election` runs only that, for the whole `--secs`.
+//! with its control) and the failover mode (every node a Sentinel group, failed over at random
+//! while clients contend with confirmed votes, with its control); `election` and `failover` run
+//! only that, for the whole `--secs`.
 //! Without `--nodes`, plain nodes run with 3 nodes and with 5, clusters with 3; the time is split
 //! evenly between the runs. Semaphore permits are part of every run. Without
 //! `--clients`/`--resources`, 40 clients share 30 resources (about 10,000 checked grants a
@@ -91,7 +93,7 @@ fn replay_all(args: &Args, seed: u64) -> String {
 }
 
 const USAGE: &str =
-    "usage: torture [--secs N] [--seed S] [--nodes 3|5] [--clients K] [--resources M] [--mode all|both|plain|fencing|cluster|cluster-plain|cluster-fencing|fleet|election] [--shards S] [--profile] [--no-wake]";
+    "usage: torture [--secs N] [--seed S] [--nodes 3|5] [--clients K] [--resources M] [--mode all|both|plain|fencing|cluster|cluster-plain|cluster-fencing|fleet|election|failover] [--shards S] [--profile] [--no-wake]";
 
 /// Plain nodes without and with fencing.
 const PLAIN_MODES: [(bool, bool); 2] = [(false, false), (false, true)];
@@ -166,10 +168,10 @@ fn parse_args() -> Result<Args, String> {
                     "cluster" => CLUSTER_MODES.to_vec(),
                     "cluster-plain" => vec![(true, false)],
                     "cluster-fencing" => vec![(true, true)],
-                    "election" => Vec::new(),
+                    "election" | "failover" => Vec::new(),
                     other => {
                         return Err(format!(
-                            "--mode must be all, both, plain, fencing, cluster, cluster-plain, cluster-fencing, fleet or election, not {other:?}"
+                            "--mode must be all, both, plain, fencing, cluster, cluster-plain, cluster-fencing, fleet, election or failover, not {other:?}"
                         ))
                     }
                 }
@@ -205,6 +207,16 @@ async fn main() -> ExitCode {
         eprintln!("torture: a debug build; use --release for long runs");
     }
     let seed = args.seed.unwrap_or_else(torture::random_seed);
+    if args.mode_name.as_deref() == Some("failover") {
+        println!(
+            "torture: seed {seed}, the failover mode only, {} s",
+            args.secs
+        );
+        return match failover(seed, Duration::from_secs(args.secs)).await {
+            true => ExitCode::from(1),
+            false => ExitCode::SUCCESS,
+        };
+    }
     if args.mode_name.as_deref() == Some("election") {
         println!(
             "torture: seed {seed}, the election mode only, {} s",
@@ -240,7 +252,8 @@ async fn main() -> ExitCode {
         "torture: seed {seed}: {violations} violation(s) in the main runs, {failed_controls} negative control(s) failed"
     );
     let election_failed = election(seed, per_run).await;
-    if violations > 0 || failed_controls > 0 || election_failed {
+    let failover_failed = failover(seed, per_run).await;
+    if violations > 0 || failed_controls > 0 || election_failed || failover_failed {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
@@ -378,6 +391,34 @@ async fn election(seed: u64, per_run: Duration) -> bool {
             ),
         ),
         Err(e) => (true, format!("torture: election mode could not run: {e}")),
+    };
+    println!("{line}");
+    failed
+}
+
+/// The failover mode: Sentinel groups failed over under contending clients with confirmed
+/// votes, then its control. Prints its line; returns whether it failed.
+async fn failover(seed: u64, per_run: Duration) -> bool {
+    let config = torture::failover::FailoverConfig::new(seed, per_run);
+    eprintln!("torture: failover mode, {} s ...", per_run.as_secs());
+    let (failed, line) = match torture::failover::run(config).await {
+        Ok(r) => (
+            !r.violations.is_empty() || !r.control_caught(),
+            format!(
+                "torture: failover mode: {} grants, {} acquires unavailable, failovers: {} killed, {} frozen, {} held back, {} two groups at once; {} violation(s); control: {} overlap(s) without confirmation, first holder refused with it: {}{}",
+                r.grants,
+                r.unavailable,
+                r.episodes[0],
+                r.episodes[1],
+                r.episodes[2],
+                r.episodes[3],
+                r.violations.len(),
+                r.control_overlaps,
+                r.control_confirmed_refused,
+                r.violations.first().map_or(String::new(), |v| format!("; first: {v:?}"))
+            ),
+        ),
+        Err(e) => (true, format!("torture: failover mode could not run: {e}")),
     };
     println!("{line}");
     failed

@@ -224,9 +224,17 @@ impl LocalSentinel {
     }
 
     /// Starts data node `i` again after [`kill_primary`](Self::kill_primary) (empty, on its
-    /// port) and waits until the sentinels have made it a replica in sync with the primary.
+    /// port) and waits until the sentinels have made it a replica in sync with the primary
+    /// ([`wait_rejoined`](Self::wait_rejoined)).
     pub async fn start_node(&mut self, i: usize) -> io::Result<()> {
         self.data.start_node(i).await?;
+        self.wait_rejoined(i).await
+    }
+
+    /// Waits (at most 30 s) until data node `i` (a primary back after a failover: started
+    /// again, or resumed) replicates the current primary with its link up and every replica
+    /// has acknowledged the primary's writes.
+    pub async fn wait_rejoined(&self, i: usize) -> io::Result<()> {
         let primary = self.primary().await?;
         let deadline = Instant::now() + SETTLE_TIMEOUT;
         loop {
@@ -243,6 +251,24 @@ impl LocalSentinel {
                 )));
             }
             tokio::time::sleep(POLL_PAUSE).await;
+        }
+    }
+
+    /// Holds replication back on the primary's replica `replica`: freezes it (SIGSTOP) and
+    /// closes the primary's replication links, so that nothing written from now on reaches it
+    /// (a frozen process's socket would still receive, and apply on resume, what the primary
+    /// sends). Undo with [`resume`](Self::resume); the replica then resynchronises, unless its
+    /// primary is gone by then.
+    pub async fn hold_replication(&self, replica: usize) -> io::Result<()> {
+        let primary = self.primary().await?;
+        self.data.pause(replica)?;
+        match self
+            .data
+            .command(primary, &["CLIENT", "KILL", "TYPE", "replica"])
+            .await?
+        {
+            RespValue::Integer(_) => Ok(()),
+            other => Err(unexpected("CLIENT KILL TYPE replica", other)),
         }
     }
 

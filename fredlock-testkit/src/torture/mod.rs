@@ -12,6 +12,7 @@
 //   stats, worker/                         the clients and what they count
 //   verdict, mode_controls, controls       the negative controls and their verdicts
 //   election_check, election, report       the election mode (its checker, its run); the tables
+//   failover                               the failover mode: Sentinel groups failed over
 //! The fault-injection torture run: K clients contend for M resources over N local nodes while
 //! a seeded schedule kills, freezes, partitions and delays nodes and connections; a
 //! [`Checker`] decides afterwards whether any safety property broke. Plus the negative controls
@@ -108,6 +109,7 @@ mod controls;
 pub mod election;
 mod election_check;
 mod env;
+pub mod failover;
 mod fault_kind;
 mod faults;
 mod fleet;
