@@ -75,6 +75,8 @@ pub(crate) struct Node {
     stall: Option<Duration>,
     /// Replicas that must acknowledge each vote of an acquire or extension (see `confirm`).
     pub(crate) confirm: Option<crate::nodes::confirm::Confirm>,
+    /// The task that sends this node's `WAIT`s, from its first confirmation on.
+    pub(super) waits: std::sync::OnceLock<crate::nodes::confirm::Waits>,
 }
 
 impl std::fmt::Debug for Node {
@@ -211,6 +213,7 @@ impl Node {
             no_line: Default::default(),
             stall,
             confirm: None,
+            waits: Default::default(),
         }
     }
 
