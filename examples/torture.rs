@@ -405,7 +405,7 @@ async fn failover(seed: u64, per_run: Duration) -> bool {
         Ok(r) => (
             !r.violations.is_empty() || !r.control_caught(),
             format!(
-                "torture: failover mode: {} grants, {} acquires unavailable, failovers: {} killed, {} frozen, {} held back, {} two groups at once; {} violation(s); control: {} overlap(s) without confirmation, first holder refused with it: {}{}",
+                "torture: failover mode: {} grants, {} acquires unavailable, failovers: {} killed, {} frozen, {} held back, {} two groups at once; {} violation(s); control: {} overlap(s) and {} fencing token(s) out of order without confirmation, first holder refused with it: {}{}",
                 r.grants,
                 r.unavailable,
                 r.episodes[0],
@@ -414,6 +414,7 @@ async fn failover(seed: u64, per_run: Duration) -> bool {
                 r.episodes[3],
                 r.violations.len(),
                 r.control_overlaps,
+                r.control_fencing,
                 r.control_confirmed_refused,
                 r.violations.first().map_or(String::new(), |v| format!("; first: {v:?}"))
             ),

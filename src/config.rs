@@ -309,7 +309,28 @@ impl Builder {
     /// refused (`build()` fails with [`InvalidInput::ConfirmReplicas`]). Default: no
     /// confirmation.
     pub fn confirm_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.confirm = Some(Confirm { replicas, timeout });
+        self.confirm = Some(Confirm {
+            replicas,
+            timeout,
+            fsync: false,
+        });
+        self
+    }
+
+    /// As [`confirm_replicas`](Self::confirm_replicas), but each vote counts once the write is
+    /// in the append-only file, fsynced, on the node's primary AND on `replicas` of its
+    /// replicas (`WAITAOF 1 replicas timeout`; Redis 7.2 or later, Valkey): a crash of every
+    /// one of them, even a power cut, keeps it. `replicas` may be 0: the primary's own fsync
+    /// only, for a single server with `appendfsync everysec` that must not lose a lock key to a
+    /// restart. The servers need `appendonly yes` (else the server refuses, and the vote fails
+    /// with its words); a server without `WAITAOF` (Redis 7.0) fails every vote, naming the
+    /// command. The last call of the two wins.
+    pub fn confirm_replicas_fsynced(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.confirm = Some(Confirm {
+            replicas,
+            timeout,
+            fsync: true,
+        });
         self
     }
 
@@ -388,7 +409,7 @@ impl Builder {
         // -0.0 is in range; make it a plain zero.
         let drift_factor = self.drift_factor.abs();
         if let Some(c) = self.confirm {
-            let reason = if c.replicas == 0 {
+            let reason = if c.replicas == 0 && !c.fsync {
                 Some("0 replicas confirm nothing: leave confirm_replicas unset".to_string())
             } else if c.timeout.is_zero() {
                 Some("a timeout of zero would make WAIT block until enough replicas answer".into())

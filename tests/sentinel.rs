@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fredlock::Redlock;
-use fredlock_testkit::LocalSentinel;
+use fredlock_testkit::{LocalSentinel, RespValue, Server};
 
 const TTL: Duration = Duration::from_secs(30);
 /// Far above what a failover takes here (about 1-3 s after the primary goes silent).
@@ -245,4 +245,73 @@ async fn a_vote_counts_once_a_replica_confirmed_it() {
         .expect("granted without confirmation: the key is on the primary alone");
     assert!(on_replica.is_err(), "the replica (frozen) has not answered");
     lock.release().await.expect("release");
+}
+
+/// `confirm_replicas_fsynced(1, ..)` (`WAITAOF 1 1 timeout`): with the append-only file off the
+/// server refuses and no vote counts (its words in the error); on Valkey with it on, a vote
+/// counts once fsynced on the primary and the replica. Redis 7.0 has no `WAITAOF`: every vote
+/// fails, naming the command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vote_on_disk_counts_once_fsynced_on_both() {
+    let g = group().await;
+    let primary = g.primary().await.expect("primary");
+    let fsynced = common::build(vec![g.url()], |b| {
+        b.connect_wait(Duration::from_secs(20))
+            .confirm_replicas_fsynced(1, Duration::from_secs(1))
+    })
+    .await;
+    let r = common::unique("fsynced");
+    let refused = fsynced.try_acquire(&r, TTL).await;
+    let text = format!(
+        "{}",
+        refused.expect_err("no vote without an append-only file")
+    );
+    if g.server() == Server::Redis {
+        assert!(text.contains("WAITAOF"), "{text}");
+        return;
+    }
+    assert!(text.contains("appendonly"), "the server's words: {text}");
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            g.data()
+                .get(primary, &fsynced.key(&r))
+                .await
+                .expect("GET")
+                .is_none()
+        })
+        .await,
+        "the refused attempt was released"
+    );
+    for i in 0..g.data().len() {
+        let on = g
+            .data()
+            .command(i, &["CONFIG", "SET", "appendonly", "yes"])
+            .await;
+        assert!(matches!(on, Ok(RespValue::Simple(_))), "{on:?}");
+    }
+    // The file exists once the first rewrite is over.
+    let written = common::eventually(Duration::from_secs(20), || async {
+        let mut all = true;
+        for i in 0..g.data().len() {
+            let info = match g.data().command(i, &["INFO", "persistence"]).await {
+                Ok(RespValue::Bulk(Some(b))) => String::from_utf8_lossy(&b).into_owned(),
+                _ => String::new(),
+            };
+            all &= info.contains("aof_enabled:1") && info.contains("aof_rewrite_in_progress:0");
+        }
+        all
+    })
+    .await;
+    assert!(written, "the append-only files are on");
+    let lock = common::eventually(Duration::from_secs(10), || async {
+        fsynced
+            .try_acquire(&r, TTL)
+            .await
+            .is_ok_and(|l| l.is_some())
+    })
+    .await;
+    assert!(
+        lock,
+        "fsynced on the primary and the replica: the vote counts"
+    );
 }

@@ -38,9 +38,18 @@ pub struct Common {
         env = "FREDLOCK_CONFIRM_REPLICAS",
         global = true,
         value_name = "N",
-        value_parser = clap::value_parser!(u32).range(1..)
+        value_parser = clap::value_parser!(u32)
     )]
     pub confirm_replicas: Option<u32>,
+    /// With --confirm-replicas: count a vote once the write is fsynced to the append-only file
+    /// of the primary and of N replicas (`WAITAOF`; needs appendonly yes; N may be 0).
+    #[arg(
+        long,
+        env = "FREDLOCK_CONFIRM_FSYNC",
+        global = true,
+        requires = "confirm_replicas"
+    )]
+    pub confirm_fsync: bool,
     /// How long a node waits for its replicas to confirm a vote (with --confirm-replicas).
     #[arg(
         long,
@@ -80,8 +89,10 @@ pub async fn connect(common: &Common, label: Option<&str>) -> Result<Redlock, i3
     if let Some(label) = label {
         builder = builder.owner_label(label);
     }
-    if let Some(n) = common.confirm_replicas {
-        builder = builder.confirm_replicas(n, common.confirm_timeout);
-    }
+    builder = match (common.confirm_replicas, common.confirm_fsync) {
+        (Some(n), true) => builder.confirm_replicas_fsynced(n, common.confirm_timeout),
+        (Some(n), false) => builder.confirm_replicas(n, common.confirm_timeout),
+        (None, _) => builder,
+    };
     builder.build().await.map_err(|e| exit::fail(&e))
 }

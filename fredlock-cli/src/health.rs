@@ -87,7 +87,7 @@ pub async fn health(
     timeout: Duration,
     json_out: bool,
     allow: &[String],
-    confirm: Option<u32>,
+    confirm: Option<(u32, bool)>,
 ) -> i32 {
     let (redlock, kept, duplicates) = match build(urls, prefix, timeout).await {
         Ok(b) => b,

@@ -50,7 +50,8 @@ EXIT CODES:
 ENVIRONMENT:
   FREDLOCK_NODES   node URLs, separated by commas or spaces (as --nodes)
   FREDLOCK_PREFIX  key prefix (as --prefix)
-  FREDLOCK_CONFIRM_REPLICAS, FREDLOCK_CONFIRM_TIMEOUT  as --confirm-replicas, --confirm-timeout
+  FREDLOCK_CONFIRM_REPLICAS, FREDLOCK_CONFIRM_TIMEOUT, FREDLOCK_CONFIRM_FSYNC  as --confirm-replicas,
+    --confirm-timeout, --confirm-fsync
   FREDLOCK_LABEL   owner label (as --label)
   FREDLOCK_LEASE   a lease (as --lease)";
 
@@ -252,7 +253,7 @@ async fn dispatch(cli: Cli) -> i32 {
                 args.timeout,
                 args.json,
                 &args.allow,
-                common.confirm_replicas,
+                common.confirm_replicas.map(|n| (n, common.confirm_fsync)),
             )
             .await
         }

@@ -1,12 +1,10 @@
 //! Votes confirmed by replicas ([`Builder::confirm_replicas`](crate::Builder::confirm_replicas)):
-//! once a node granted an acquire or an extension, `WAIT n timeout` on the same connection;
-//! the vote counts only when at least `n` replicas acknowledged every write of that connection
-//! so far (the grant's among them). Fewer is [`NodeErrorKind::Unconfirmed`]: the key may be on
-//! the primary alone, so the attempt treats it as a failed node and releases there as usual.
+//! how a node asks (`WAIT n timeout`, or `WAITAOF 1 n timeout`) on the connection that carried
+//! its writes, one request at a time per node, each answering every vote queued before it
+//! ([`Waits`]), and what the reply means. Which votes ask, and what a failed confirmation does
+//! to them, is `node_confirm`'s.
 //!
-//! Owns: the `WAIT`s (one at a time per node, shared by the votes waiting for one: [`Waits`])
-//! and what a reply means for a vote. Must not: choose which calls need it
-//! (the `node_*` files do) nor count votes across nodes.
+//! Owns: the `WAIT`s and their task. Must not: know a vote or a node.
 
 use std::time::Duration;
 
@@ -17,19 +15,20 @@ use fred::prelude::{ClientLike, Value};
 use fred::types::{ClusterHash, CustomCommand};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::base::error::{NodeError, NodeErrorKind, Vote};
-use crate::base::reply::Slot;
+use crate::base::error::{NodeError, NodeErrorKind};
 use crate::nodes::connection::{options, State};
-use crate::nodes::node::{Backend, Node};
 
 /// How many replicas must acknowledge a node's vote, and how long the primary waits for them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Confirm {
-    /// At least 1.
+    /// At least 1 (`WAIT`); with `fsync`, 0 or more.
     pub(crate) replicas: u32,
     /// `WAIT`'s own timeout: more than zero (zero would block the connection until enough
     /// replicas answer).
     pub(crate) timeout: Duration,
+    /// `WAITAOF 1 replicas timeout` instead: the write fsynced to the append-only file of the
+    /// primary and of `replicas` replicas.
+    pub(crate) fsync: bool,
 }
 
 impl Confirm {
@@ -39,83 +38,7 @@ impl Confirm {
     }
 }
 
-impl Node {
-    /// `vote` as it counts under this node's confirmation: a grant stands once `WAIT`
-    /// confirmed it; anything else is returned as it is, and without confirmation nothing is
-    /// sent.
-    pub(crate) async fn confirmed(&self, vote: Vote, timeout: Duration) -> Vote {
-        match (vote, self.confirm) {
-            (Vote::Granted, Some(confirm)) => {
-                match Box::pin(self.wait_replicas(confirm, timeout)).await {
-                    Ok(()) => Vote::Granted,
-                    Err(e) => Vote::Failed(e),
-                }
-            }
-            (vote, _) => vote,
-        }
-    }
-
-    /// As [`confirmed`](Self::confirmed), for a semaphore's slot.
-    pub(crate) async fn confirmed_slot(&self, slot: Slot, timeout: Duration) -> Slot {
-        match (slot, self.confirm) {
-            (slot @ Slot::Took { .. }, Some(confirm)) => {
-                match Box::pin(self.wait_replicas(confirm, timeout)).await {
-                    Ok(()) => slot,
-                    Err(e) => Slot::Failed(e),
-                }
-            }
-            (slot, _) => slot,
-        }
-    }
-
-    /// As [`confirmed`](Self::confirmed), for a script's reply (a read-write lock's acquire):
-    /// confirmed whatever it says (a refusal wrote nothing, and `WAIT` then costs a round trip).
-    pub(crate) async fn confirmed_reply(
-        &self,
-        reply: Result<Value, NodeError>,
-        timeout: Duration,
-    ) -> Result<Value, NodeError> {
-        match (reply, self.confirm) {
-            (Ok(value), Some(confirm)) => {
-                Box::pin(self.wait_replicas(confirm, timeout)).await?;
-                Ok(value)
-            }
-            (reply, _) => reply,
-        }
-    }
-
-    /// Whether enough replicas acknowledged every write this node's connection carried before
-    /// the call (the caller's write, whose reply it already has, among them): `Ok`, or the
-    /// node's error. Concurrent callers share one `WAIT` (see [`Waits`]). Callers box it:
-    /// the acquire path's futures nest deep enough already.
-    async fn wait_replicas(&self, confirm: Confirm, timeout: Duration) -> Result<(), NodeError> {
-        let Backend::Server(client) = &self.backend else {
-            // The builder refuses confirmation with a cluster node.
-            return Err(self.unconfirmed("a Redis Cluster node cannot confirm by WAIT".into()));
-        };
-        let waits = self.waits.get_or_init(|| {
-            Waits::start(
-                client.clone(),
-                self.state.clone(),
-                self.name.clone(),
-                confirm,
-            )
-        });
-        let (reply, answer) = oneshot::channel();
-        if waits.requests.send((timeout, reply)).is_err() {
-            return Err(self.unconfirmed("the node's WAIT task has stopped".into()));
-        }
-        answer
-            .await
-            .unwrap_or_else(|_| Err(self.unconfirmed("the node's WAIT task has stopped".into())))
-    }
-
-    fn unconfirmed(&self, message: String) -> NodeError {
-        unconfirmed(&self.name, message)
-    }
-}
-
-fn unconfirmed(node: &str, message: String) -> NodeError {
+pub(crate) fn unconfirmed(node: &str, message: String) -> NodeError {
     NodeError {
         node: node.to_string(),
         kind: NodeErrorKind::Unconfirmed,
@@ -138,6 +61,26 @@ pub(crate) struct Waits {
 }
 
 impl Waits {
+    /// Whether enough replicas acknowledged every write `client`'s connection carried before
+    /// the call: `Ok`, or `node`'s error. Starts the task at the first call.
+    pub(crate) async fn ask(
+        cell: &std::sync::OnceLock<Waits>,
+        client: &Client,
+        state: &Arc<State>,
+        node: &str,
+        confirm: Confirm,
+        timeout: Duration,
+    ) -> Result<(), NodeError> {
+        let waits = cell
+            .get_or_init(|| Waits::start(client.clone(), state.clone(), node.to_string(), confirm));
+        let stopped = || unconfirmed(node, "the node's WAIT task has stopped".into());
+        let (reply, answer) = oneshot::channel();
+        if waits.requests.send((timeout, reply)).is_err() {
+            return Err(stopped());
+        }
+        answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
     fn start(client: Client, state: Arc<State>, node: String, confirm: Confirm) -> Waits {
         let (requests, mut queue) = mpsc::unbounded_channel::<Request>();
         tokio::spawn(async move {
@@ -157,7 +100,8 @@ impl Waits {
     }
 }
 
-/// `WAIT replicas timeout` on `client`'s connection: `Ok` when enough replicas acknowledged.
+/// `WAIT replicas timeout` (or `WAITAOF 1 replicas timeout`) on `client`'s connection: `Ok`
+/// when enough replicas acknowledged (and, for `WAITAOF`, the primary fsynced).
 async fn wait(
     client: &Client,
     state: &State,
@@ -165,29 +109,48 @@ async fn wait(
     confirm: Confirm,
     timeout: Duration,
 ) -> Result<(), NodeError> {
-    let wait = CustomCommand::new_static("WAIT", ClusterHash::Random, false);
-    let args = vec![
-        Value::Integer(i64::from(confirm.replicas)),
-        Value::Integer(confirm.wait_ms()),
-    ];
+    let (name, mut args) = match confirm.fsync {
+        true => ("WAITAOF", vec![Value::Integer(1)]),
+        false => ("WAIT", Vec::new()),
+    };
+    args.push(Value::Integer(i64::from(confirm.replicas)));
+    args.push(Value::Integer(confirm.wait_ms()));
     let reply = client
         .with_options(&options(timeout.saturating_add(confirm.timeout)))
-        .custom::<Value, Value>(wait, args)
+        .custom::<Value, Value>(
+            CustomCommand::new_static(name, ClusterHash::Random, false),
+            args,
+        )
         .await
         .map_err(|e| state.error(&e))?;
-    match reply {
-        Value::Integer(n) if n >= i64::from(confirm.replicas) => Ok(()),
-        Value::Integer(n) => Err(unconfirmed(
-            node,
-            format!(
-                "WAIT: {n} of {} replicas acknowledged the write within {:?}",
-                confirm.replicas, confirm.timeout
-            ),
-        )),
-        other => Err(NodeError {
+    let want = i64::from(confirm.replicas);
+    let (local, replicas) = match (&reply, confirm.fsync) {
+        (Value::Integer(n), false) => (1, *n),
+        (Value::Array(parts), true) => match parts.as_slice() {
+            [Value::Integer(l), Value::Integer(r)] => (*l, *r),
+            _ => (-1, -1),
+        },
+        _ => (-1, -1),
+    };
+    if local < 0 {
+        return Err(NodeError {
             node: node.to_string(),
             kind: NodeErrorKind::UnexpectedReply,
-            message: format!("WAIT answered {other:?}, not an integer"),
-        }),
+            message: format!("{name} answered {reply:?}"),
+        });
     }
+    if local >= 1 && replicas >= want {
+        return Ok(());
+    }
+    let fsynced = match confirm.fsync {
+        true => format!(" (fsynced here: {})", if local >= 1 { "yes" } else { "no" }),
+        false => String::new(),
+    };
+    Err(unconfirmed(
+        node,
+        format!(
+            "{name}: {replicas} of {want} replicas acknowledged the write within {:?}{fsynced}",
+            confirm.timeout
+        ),
+    ))
 }

@@ -19,6 +19,7 @@ pub(crate) mod confirm;
 pub(crate) mod connection;
 pub(crate) mod native;
 pub(crate) mod node;
+pub(crate) mod node_confirm;
 pub(crate) mod node_extend_many;
 pub(crate) mod node_gate;
 pub(crate) mod node_lock;

@@ -88,7 +88,7 @@ pub(super) async fn check_node(
     client: &fredlock::fred::clients::Client,
     timeout: Duration,
     r: &mut NodeReport,
-    confirm: Option<u32>,
+    confirm: Option<(u32, bool)>,
 ) {
     // Round trip: the best of three PINGs.
     let mut best: Option<Duration> = None;
@@ -176,8 +176,16 @@ fn replica_lag(info: &HashMap<String, String>) -> Option<u64> {
         .max()
 }
 
-/// The warnings a node's settings call for (`confirm`: `--confirm-replicas`).
-fn warn(r: &mut NodeReport, config_failed: Option<String>, confirm: Option<u32>) {
+/// The warnings a node's settings call for (`confirm`: `--confirm-replicas` and
+/// `--confirm-fsync`).
+fn warn(r: &mut NodeReport, config_failed: Option<String>, confirm: Option<(u32, bool)>) {
+    if let (Some((_, true)), Some(false)) = (confirm, r.aof) {
+        r.warnings.push(Warning::new(
+            "no-aof-for-fsync",
+            "appendonly is off: --confirm-fsync waits for the append-only file (WAITAOF), so this node grants no lock; set appendonly yes here and on its replicas",
+        ));
+    }
+    let confirm = confirm.map(|(n, _)| n);
     if r.role.as_deref() == Some("slave") || r.role.as_deref() == Some("replica") {
         r.warnings.push(Warning::new(
             "replica",
@@ -340,7 +348,7 @@ mod tests {
                 replicas: Some(replicas),
                 ..healthy()
             };
-            warn(&mut r, None, confirm);
+            warn(&mut r, None, confirm.map(|n| (n, false)));
             r.warnings.iter().map(|w| w.id).collect::<Vec<_>>()
         };
         assert_eq!(with(1, None), ["replicas-connected"]);
@@ -352,6 +360,16 @@ mod tests {
         );
         assert!(with(0, None).is_empty());
         assert!(allowable("too-few-replicas").is_ok());
+        // --confirm-fsync on a node without an append-only file: it could grant nothing.
+        let mut r = NodeReport {
+            replicas: Some(1),
+            aof: Some(false),
+            save: Some("3600 1".into()),
+            ..healthy()
+        };
+        warn(&mut r, None, Some((1, true)));
+        let ids: Vec<_> = r.warnings.iter().map(|w| w.id).collect();
+        assert_eq!(ids, ["no-aof-for-fsync"]);
         let info = parse_info(
             "# Replication\r\nconnected_slaves:2\r\nslave0:ip=a,port=1,state=online,offset=5,lag=0\r\n\
              slave1:ip=b,port=2,state=online,offset=3,lag=3\r\nslave_read_only:1\r\n",

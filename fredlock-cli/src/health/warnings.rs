@@ -27,6 +27,7 @@ const WARNINGS: &[(&str, bool)] = &[
     ("replica", true),
     ("replicas-connected", true),
     ("too-few-replicas", true),
+    ("no-aof-for-fsync", true),
     ("eviction", true),
     ("maxmemory-policy-unknown", true),
     ("no-persistence", true),

@@ -19,6 +19,7 @@ pub fn fredlock(nodes: &[String]) -> Command {
         .env_remove("FREDLOCK_LABEL")
         .env_remove("FREDLOCK_CONFIRM_REPLICAS")
         .env_remove("FREDLOCK_CONFIRM_TIMEOUT")
+        .env_remove("FREDLOCK_CONFIRM_FSYNC")
         .stdin(Stdio::null())
         .kill_on_drop(true);
     cmd

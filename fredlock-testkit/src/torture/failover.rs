@@ -10,8 +10,10 @@
 //!   reach the primary alone), then the primary killed and the replica resumed and promoted;
 //! - two groups at once (a majority of 3), one with replication held back.
 //!
-//! Every grant's window goes to the [`Checker`], which must find no two windows of one resource
-//! overlapping. The negative control runs the held-back failover on a majority of the groups
+//! Every client takes fencing tokens. Every grant's window and token go to the [`Checker`],
+//! which must find no two windows of one resource overlapping (S3) and no token that is not
+//! above the token of a grant made before its attempt began (the fencing guarantee under
+//! failover). The negative control runs the held-back failover on a majority of the groups
 //! WITHOUT confirmation while a holder holds: a second client must get the lock, and the checker
 //! must report the overlap; the same with confirmation must refuse the first holder instead
 //! (its replica could not confirm), on every seed.
@@ -79,6 +81,9 @@ pub struct FailoverReport {
     pub violations: Vec<Violation>,
     /// The control without confirmation: overlaps the checker reported (must be at least 1).
     pub control_overlaps: usize,
+    /// The control without confirmation: fencing tokens not above an earlier grant's (the
+    /// second holder's token, from counters the failover rolled back; reported, not required).
+    pub control_fencing: usize,
     /// The control with confirmation: whether the first holder was refused (must be).
     pub control_confirmed_refused: bool,
 }
@@ -116,7 +121,7 @@ pub async fn run(config: FailoverConfig) -> io::Result<FailoverReport> {
     let episodes = episodes?;
     let report = checker.finish(&HashMap::new());
     drop(groups);
-    let control_overlaps = control(false).await?.unwrap_or(0);
+    let (control_overlaps, control_fencing) = control(false).await?.unwrap_or((0, 0));
     let control_confirmed_refused = control(true).await?.is_none();
     Ok(FailoverReport {
         grants: report.grants,
@@ -124,6 +129,7 @@ pub async fn run(config: FailoverConfig) -> io::Result<FailoverReport> {
         episodes,
         violations: report.violations,
         control_overlaps,
+        control_fencing,
         control_confirmed_refused,
     })
 }
@@ -154,6 +160,7 @@ async fn build(urls: &[String], confirm: Option<Duration>) -> io::Result<Redlock
         .nodes(urls.to_vec())
         .connect_wait(Duration::from_secs(20))
         .require_quorum(true)
+        .fencing_tokens(true)
         .retry(Retry {
             attempts: 20,
             delay: Duration::from_millis(50),
@@ -188,6 +195,9 @@ async fn client(
         {
             Ok(lock) => {
                 let id = checker.grant(c, &lock, GrantKind::Acquire, Instant::now());
+                if let Some(token) = lock.fencing_token() {
+                    checker.fencing_token(id, &resource, token);
+                }
                 tokio::time::sleep(hold).await;
                 checker.close(id, Instant::now(), lock.deadline());
                 let _ = lock.release().await;
@@ -263,7 +273,7 @@ async fn episode(group: &Mutex<LocalSentinel>, kind: usize, held: Duration) -> i
 /// promoted) and a second client asks for the lock. Without confirmation (`confirm` false)
 /// the second client gets it: the overlaps the checker reports. With confirmation the holder's
 /// acquire must fail: `None`.
-async fn control(confirm: bool) -> io::Result<Option<usize>> {
+async fn control(confirm: bool) -> io::Result<Option<(usize, usize)>> {
     let groups = start_groups(3).await?;
     let urls = urls(&groups).await;
     let timeout = confirm.then_some(Duration::from_millis(200));
@@ -290,19 +300,25 @@ async fn control(confirm: bool) -> io::Result<Option<usize>> {
         return Ok(None);
     };
     let a = checker.grant(0, &holder, GrantKind::TryAcquire, Instant::now());
+    if let Some(token) = holder.fencing_token() {
+        checker.fencing_token(a, "failover:control", token);
+    }
     let taken = second
         .acquire_with("failover:control", ttl, Duration::from_secs(10))
         .await;
     if let Ok(lock) = &taken {
         let b = checker.grant(1, lock, GrantKind::Acquire, Instant::now());
+        if let Some(token) = lock.fencing_token() {
+            checker.fencing_token(b, "failover:control", token);
+        }
         checker.close(b, Instant::now(), lock.deadline());
     }
     checker.close(a, Instant::now(), holder.deadline());
     first.close().await;
     second.close().await;
-    Ok(Some(
-        checker
-            .finish(&HashMap::new())
-            .count(ViolationKind::Overlap),
-    ))
+    let report = checker.finish(&HashMap::new());
+    Ok(Some((
+        report.count(ViolationKind::Overlap),
+        report.count(ViolationKind::FencingOrder),
+    )))
 }
