@@ -28,7 +28,7 @@ CARGO="${CARGO:-cargo}"
 # Left out to keep a round near 3 minutes: the torture runs (minutes, and their own stress), the
 # command's tests (cli, newcomer, handoff, elect: 1 minute; add them with TESTS), the property,
 # input and layout tests, and tests without waits (owner, errors, mutex, duplicates, many_locks).
-DEFAULT_TESTS="lease hold_at_least lua_free lifecycle faults keepalive keepalive_batch
+DEFAULT_TESTS="sentinel replicas lease hold_at_least lua_free lifecycle faults keepalive keepalive_batch
   keepalive_budget wake handover line_handover line_order election leader observe fencing batch
   line_restart semaphore rwlock metrics credentials quorum cluster_nodes heal fencing_restart
   node_status"
