@@ -113,29 +113,6 @@ async fn every_invalid_configuration_has_its_error() {
         invalid(b().node_timeout(Duration::ZERO).build().await),
         InvalidInput::ZeroNodeTimeout
     );
-    // Confirmation by replicas: 0 replicas, a WAIT that would block forever or past an hour,
-    // and a cluster node (whose writes one connection's WAIT cannot confirm).
-    let long = Duration::from_secs(3601);
-    for (replicas, timeout, says) in [
-        (0, Duration::from_millis(100), "0 replicas"),
-        (1, Duration::ZERO, "zero"),
-        (1, long, "too large"),
-        (u32::MAX, Duration::MAX, "too large"),
-    ] {
-        match invalid(b().confirm_replicas(replicas, timeout).build().await) {
-            InvalidInput::ConfirmReplicas { reason } => assert!(reason.contains(says), "{reason}"),
-            other => panic!("{replicas} {timeout:?}: {other:?}"),
-        }
-    }
-    let cluster = Redlock::builder()
-        .nodes(["redis-cluster://127.0.0.1:7001"])
-        .confirm_replicas(1, Duration::from_millis(100))
-        .build()
-        .await;
-    match invalid(cluster) {
-        InvalidInput::ConfirmReplicas { reason } => assert!(reason.contains("Cluster"), "{reason}"),
-        other => panic!("{other:?}"),
-    }
     // The same server twice (however it is spelled) would fake a majority.
     let dup = Redlock::builder()
         .nodes([
@@ -175,6 +152,48 @@ async fn every_invalid_configuration_has_its_error() {
         invalid(Redlock::builder().clients([bare]).build().await),
         InvalidInput::NoReconnectPolicy { index: 0 }
     );
+}
+
+/// Confirmation by replicas: 0 replicas, a WAIT that would block forever or past an hour, and a
+/// cluster node (whose writes one connection's WAIT cannot confirm) are refused before any node
+/// is asked; 0 replicas with fsync (the primary's own) is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmation_that_cannot_confirm_is_refused() {
+    let b = || {
+        Redlock::builder()
+            .nodes([
+                "redis://127.0.0.1:1",
+                "redis://127.0.0.1:2",
+                "redis://127.0.0.1:3",
+            ])
+            .connect_wait(Duration::ZERO)
+    };
+    let long = Duration::from_secs(3601);
+    for (replicas, timeout, says) in [
+        (0, Duration::from_millis(100), "0 replicas"),
+        (1, Duration::ZERO, "zero"),
+        (1, long, "too large"),
+        (u32::MAX, Duration::MAX, "too large"),
+    ] {
+        match invalid(b().confirm_replicas(replicas, timeout).build().await) {
+            InvalidInput::ConfirmReplicas { reason } => assert!(reason.contains(says), "{reason}"),
+            other => panic!("{replicas} {timeout:?}: {other:?}"),
+        }
+    }
+    let local = b()
+        .confirm_replicas_fsynced(0, Duration::from_millis(100))
+        .build()
+        .await;
+    assert!(local.is_ok(), "the primary's own fsync: {local:?}");
+    let cluster = Redlock::builder()
+        .nodes(["redis-cluster://127.0.0.1:7001"])
+        .confirm_replicas(1, Duration::from_millis(100))
+        .build()
+        .await;
+    match invalid(cluster) {
+        InvalidInput::ConfirmReplicas { reason } => assert!(reason.contains("Cluster"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
