@@ -142,6 +142,8 @@ impl LocalSentinel {
             group.launch_sentinel(i).await?;
         }
         group.wait_settled(0, None).await?;
+        // And streaming still, now that the sentinels watch: the group is ready for `WAIT`.
+        group.wait_synced(0, replicas).await?;
         Ok(group)
     }
 
