@@ -47,7 +47,7 @@
 //! | folder | what it owns | modules, bottom to top |
 //! |---|---|---|
 //! | `base/` | values, decoders, scripts; no I/O | [`error`], `metrics`, `endpoint`, `scripts`, `sem_rw_scripts`, `reply`, `slots`, `line`, `owner` |
-//! | `nodes/` | one node: connections, cluster shards, batching, the subscriber | `caps`, `connection`, `node_status`, `cluster`, `topology`, `native`, `batch`, `node`, `node_gate`, `node_lock`, `node_extend_many`, `node_primitives`, `node_ops`, `subscriber` |
+//! | `nodes/` | one node: connections, cluster shards, batching, the subscriber | `busy`, `caps`, `connection`, `node_status`, `cluster`, `topology`, `native`, `batch`, `node`, `node_gate`, `node_lock`, `node_extend_many`, `node_primitives`, `node_ops`, `subscriber` |
 //! | `rounds/` | the quorum rounds and the acquire loop | `quorum`, `background`, `redlock`, `held_rounds`, `attempt`, `handover`, `acquire_loop`, `lock` |
 //! | `ops/` | what an operator does to locks it does not hold | `inspect`, `force` |
 //! | `hold/` | holding a lock while work runs | `pacing`, `status`, `renewal`, `keepalive`, `with_lock` |

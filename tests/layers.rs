@@ -28,6 +28,7 @@ const FOLDERS: &[(&str, &[&str])] = &[
     (
         "nodes",
         &[
+            "busy",
             "caps",
             "connection",
             "node_status",
@@ -88,7 +89,7 @@ const TOP: &[&str] = &["config"];
 /// Bottom to top; modules on one line share a layer and do not refer to each other.
 const LAYERS: &[&[&str]] = &[
     &["error"],
-    &["metrics", "caps"],
+    &["metrics", "caps", "busy"],
     &["sem_rw_scripts"],
     &[
         "endpoint",

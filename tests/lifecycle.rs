@@ -431,3 +431,30 @@ async fn settled(
         last = now;
     }
 }
+
+/// `close()` waits for the late answers of a round decided without them: an extension that
+/// two nodes granted while the third was frozen, whose third `EVALSHA` then comes back
+/// `NOSCRIPT`, is resent as `EVAL` before the connection is closed (a short-lived process, such
+/// as `fredlock extend`, exits right after `close()`; without the wait its third node kept the
+/// old TTL). On a server with a native extension (Valkey 9) there is no resend to wait for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_waits_for_a_late_extension_resent_after_noscript() {
+    let (nodes, redlock) = local_with(3, |b| b.node_timeout(Duration::from_secs(10))).await;
+    let (r, key) = resource(&redlock, "close-late");
+    let mut lock = redlock
+        .acquire(r.as_str(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    for i in 0..3 {
+        nodes.script_flush(i).await.expect("SCRIPT FLUSH");
+    }
+    nodes.pause(0).expect("SIGSTOP");
+    let extended = lock.extend(Duration::from_secs(600)).await;
+    nodes.resume(0).expect("SIGCONT");
+    extended.expect("extended by the two running nodes");
+    std::mem::forget(lock);
+    redlock.close().await;
+    // Checked once: close() returned after node 0's late extension was answered.
+    let ttl = nodes.pttl(0, &key).await.expect("PTTL");
+    assert!(ttl > 60_000, "node 0 kept the old TTL: PTTL {ttl}");
+}

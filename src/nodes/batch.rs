@@ -490,7 +490,7 @@ async fn by_sha(
     timeout: Duration,
 ) -> Result<Value, NodeError> {
     let (client, state) = (client.clone(), state.clone());
-    Finish::new(async move {
+    Finish::new(&state.clone(), async move {
         let with = client.with_options(&options(timeout));
         let cmd = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
         match Box::pin(with.custom::<Value, Value>(cmd, sha)).await {
@@ -518,21 +518,25 @@ pub(crate) type Boxed<T = Result<Value, NodeError>> =
 
 /// A command that, once handed to fred (polled once), runs to its end even if its caller
 /// stops waiting: dropped half-way, the rest (waiting for the answer, and the EVAL after a
-/// `NOSCRIPT`) moves to a task. Dropped before its first poll, nothing was sent, and nothing is.
-/// Releases here and every script (`Node::eval_with`) are sent this way.
+/// `NOSCRIPT`) moves to a task, counted in the node's [`Busy`](crate::nodes::busy::Busy) until
+/// it ends (closing the node waits for it). Dropped before its first poll, nothing was sent,
+/// and nothing is. Releases here and every script (`Node::eval_with`) are sent this way.
 pub(crate) struct Finish {
     work: Option<Boxed>,
     polled: bool,
+    working: Option<crate::nodes::busy::Working>,
 }
 
 impl Finish {
-    /// `work`, finished in a task if dropped after its first poll.
+    /// `work` on the node of `state`, finished in a task if dropped after its first poll.
     pub(crate) fn new(
+        state: &State,
         work: impl std::future::Future<Output = Result<Value, NodeError>> + Send + 'static,
     ) -> Finish {
         Finish {
             work: Some(Box::pin(work)),
             polled: false,
+            working: Some(state.busy.enter()),
         }
     }
 }
@@ -558,7 +562,11 @@ impl Drop for Finish {
     fn drop(&mut self) {
         if let (true, Some(work)) = (self.polled, self.work.take()) {
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(work);
+                let working = self.working.take();
+                rt.spawn(async move {
+                    let _ = work.await;
+                    drop(working);
+                });
             }
         }
     }

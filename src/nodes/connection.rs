@@ -101,6 +101,8 @@ pub(crate) struct State {
     servers: Arc<Servers>,
     /// What the server lets this user do without Lua (probed at every (re)connect).
     pub(crate) caps: crate::nodes::caps::Caps,
+    /// Work still running for callers that stopped waiting (`close` waits for it).
+    pub(crate) busy: Arc<crate::nodes::busy::Busy>,
 }
 
 impl State {
@@ -116,6 +118,7 @@ impl State {
             started: Default::default(),
             servers,
             caps: Default::default(),
+            busy: Default::default(),
         })
     }
 

@@ -1,6 +1,6 @@
 //! One node: its connections and what is sent to it.
 //!
-//! A node's connect loop and the server it found (`connection`), what a caller can read of it
+//! What a node still has to finish for callers gone (`busy`), a node's connect loop and the server it found (`connection`), what a caller can read of it
 //! without asking it (`node_status`), what that server lets this client
 //! do without Lua (`caps`), the native compare-and-delete commands (`native`), a node that is a Redis
 //! Cluster (`cluster`) and what its replies say (`topology`: the slot table, redirects), the single server's batched hot path and command order (`batch`: what is queued and sent; `batcher`: the queue's handle and task), a node's client, options and
@@ -13,6 +13,7 @@
 
 pub(crate) mod batch;
 pub(crate) mod batcher;
+pub(crate) mod busy;
 pub(crate) mod caps;
 pub(crate) mod cluster;
 pub(crate) mod confirm;

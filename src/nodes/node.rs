@@ -273,9 +273,14 @@ impl Node {
     }
 
     /// Stops the connect loop and, for clients fredlock created, sends QUIT behind whatever is
-    /// queued (so queued releases are answered first): once what waits in the batcher's queue
-    /// was handed to fred, then behind it in fred's order.
+    /// queued (so queued releases are answered first): once the work callers left running has
+    /// ended (see `busy`; at most `CLOSE_WAIT`) and what waits in the batcher's queue was handed
+    /// to fred, then behind it in fred's order.
     pub(crate) async fn close(&self) {
+        // First what callers left running (a late NOSCRIPT's EVAL joins the batcher's queue).
+        if !self.state.busy.idle(crate::nodes::busy::CLOSE_WAIT).await {
+            tracing::warn!(node = %self.name, "fredlock: closing with commands still unanswered after {:?}", crate::nodes::busy::CLOSE_WAIT);
+        }
         if let Some(batch) = &self.batch {
             batch.drained().await;
         }
@@ -367,7 +372,7 @@ impl Node {
             };
             crate::nodes::native::scripted(&state, reply)
         };
-        crate::nodes::batch::Finish::new(work).await
+        crate::nodes::batch::Finish::new(&self.state, work).await
     }
 
     /// An `always_eval` script: whole, until a single server is known to have it; then by

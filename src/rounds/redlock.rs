@@ -324,7 +324,10 @@ impl Redlock {
 
     /// Closes the connections this `Redlock` opened (clients given with `clients()` are left
     /// open), after the commands already queued on them, such as releases still finishing in the
-    /// background, have been answered. Call it before a short-lived process exits. Every clone
+    /// background, have been answered, and after the late nodes of a round that decided without
+    /// them have finished their part (an extension that a quorum granted while one node was
+    /// slow still reaches that node; a node that does not answer is waited for at most 5 s).
+    /// Call it before a short-lived process exits. Every clone
     /// of this `Redlock` is affected: later commands fail with [`Error::Unavailable`].
     ///
     /// Cancellation: dropping the future may leave some connections open until the `Redlock`
