@@ -111,6 +111,32 @@ async fn term_numbers_grow_without_fencing_turned_on_and_with_it() {
     }
 }
 
+/// The campaign's acquire hands the term number out unraised and the claim raises the lock's
+/// fencing counter in the script that writes the record: when `leader()` returns, every node
+/// that answered holds the number, so a fenced lock of the same resource taken after the term
+/// gets a larger token. Fails if the claim does not raise (the counters stay at 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terms_number_is_on_the_counters_before_the_term_starts() {
+    let (_nodes, redlock) = common::local_with(3, |b| b.retry(RETRY).fencing_tokens(true)).await;
+    let resource = common::unique("raised");
+    let key = redlock.fence_key(&resource);
+    let election = redlock
+        .elect(resource.as_str(), Duration::from_secs(5))
+        .expect("elect");
+    let number = election.leader().await.fencing_token().expect("fenced");
+    for i in 0..3 {
+        let counter = common::get(&redlock, i, &key).await;
+        assert_eq!(counter, Some(number.to_string()), "node {i}");
+    }
+    election.resign().await;
+    let lock = redlock
+        .acquire(resource.as_str(), Duration::from_secs(5))
+        .await
+        .expect("lock");
+    assert!(lock.fencing_token().expect("fenced") > number);
+    lock.release().await.expect("release");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proclaim_changes_the_value_and_never_overwrites_a_later_term() {
     let (_nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;

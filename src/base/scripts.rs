@@ -698,7 +698,10 @@ end
 /// An election's leader claims its term, or changes its campaign value within it (proclaim).
 /// KEYS[1]: the lock key, KEYS[2]: the election record (a hash: `v` the lock value of the term,
 /// `t` the term number, `val` the campaign value, `p` the priority, `s` the value's version within
-/// the term: 1 for the claim, one more for each proclaim), KEYS[3]: the yield request.
+/// the term: 1 for the claim, one more for each proclaim), KEYS[3]: the yield request, KEYS[4]
+/// (the claim only): the lock's fencing counter, raised to the term first, whatever else the
+/// script finds (a max-register, as FENCE_RAISE: the acquire handed the term out unraised, and
+/// the claim's quorum is the raise's).
 /// ARGV[1]: the lock value, ARGV[2]: the term, ARGV[3]: the value, ARGV[4]: the priority,
 /// ARGV[5]: the version. A version not newer than the stored one of the same term is
 /// acknowledged without a write (a late or repeated proclaim never undoes a newer one).
@@ -708,6 +711,11 @@ end
 const ELECT_CLAIM: &str = concat!(
     elect_lib!(),
     r#"
+if KEYS[4] then
+  local c = tonumber(redis.call('GET', KEYS[4]) or '0')
+  if c == nil then return redis.error_reply('fencing counter ' .. KEYS[4] .. ' is not a number') end
+  if c < tonumber(ARGV[2]) then redis.call('SET', KEYS[4], ARGV[2]) end
+end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local term = tonumber(ARGV[2])
 local t = tonumber(redis.call('HGET', KEYS[2], 't') or '0') or 0

@@ -125,4 +125,18 @@ impl Node {
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         self.script_on(script, &refs, &argv, timeout).await
     }
+
+    /// [`run_script`](Self::run_script) for a script that raises a fencing counter (an
+    /// election's claim): its reply counts once the replicas have the write, with confirmation
+    /// on (see `confirm`), as a raise by itself does.
+    pub(crate) async fn run_script_confirmed(
+        self: Arc<Self>,
+        script: &'static Script,
+        keys: Arc<Vec<String>>,
+        argv: Arc<Vec<Value>>,
+        timeout: Duration,
+    ) -> Result<Value, NodeError> {
+        let reply = self.clone().run_script(script, keys, argv, timeout).await;
+        Box::pin(self.confirmed_reply(reply, timeout)).await
+    }
 }

@@ -293,6 +293,9 @@ impl Campaign {
                 false => Duration::ZERO,
             });
             options.fenced = true;
+            // The term's counter is raised by the claim, in the script that writes the record:
+            // one round and one script per node fewer before the term starts.
+            options.raise_later = true;
             if in_line {
                 // Failures are told while it waits, not when the wait ends.
                 let (failure, span) = (self.failure.clone(), span.clone());

@@ -396,26 +396,50 @@ impl Redlock {
         argv: Vec<Value>,
         timeout: Duration,
     ) -> Vec<Option<Result<Value, NodeError>>> {
+        self.record_round_with(script, keys, argv, timeout, false)
+            .await
+    }
+
+    /// [`record_round`](Self::record_round); `confirmed`: each node's reply counts once its
+    /// replicas have the write (with confirmation on; for a claim that raises the counter).
+    async fn record_round_with(
+        &self,
+        script: &'static Script,
+        keys: Arc<Vec<String>>,
+        argv: Vec<Value>,
+        timeout: Duration,
+        confirmed: bool,
+    ) -> Vec<Option<Result<Value, NodeError>>> {
         let argv = Arc::new(argv);
         let calls = self.inner.nodes.iter().enumerate().map(|(i, n)| {
-            (
-                i,
-                n.clone()
-                    .run_script(script, keys.clone(), argv.clone(), timeout),
-            )
+            let (n, keys, argv) = (n.clone(), keys.clone(), argv.clone());
+            let call = async move {
+                match confirmed {
+                    true => n.run_script_confirmed(script, keys, argv, timeout).await,
+                    false => n.run_script(script, keys, argv, timeout).await,
+                }
+            };
+            (i, call)
         });
         fan_out(self.inner.nodes.len(), calls, None, Late::Drop, |_| false).await
     }
 
     /// Writes the record of a term this process leads: its number, value and priority, where
-    /// the lock key still holds `lock_value`; published on every node written.
+    /// the lock key still holds `lock_value`; published on every node written. The claim
+    /// (version 1) first raises the lock's fencing counter to the term on every node it
+    /// reaches (the campaign's acquire handed the term out unraised): `Done` means a quorum has
+    /// it, so any later term's acquire reads it and goes higher.
     pub(crate) async fn write_record(
         &self,
         resource: &str,
         r: Record<'_>,
         ttl: Duration,
     ) -> Written {
-        let keys = self.election_keys(resource);
+        let claim = r.version == 1;
+        let mut keys = self.election_keys(resource);
+        if claim {
+            Arc::make_mut(&mut keys).push(self.fence_key(resource));
+        }
         let argv = vec![
             Value::from(r.lock_value),
             Value::from(r.term.to_string()),
@@ -425,11 +449,12 @@ impl Redlock {
         ];
         let timeout = self.inner.node_timeout(ttl);
         let answers = self
-            .record_round(
+            .record_round_with(
                 &crate::base::scripts::Scripts::get().elect_claim,
                 keys,
                 argv,
                 timeout,
+                claim,
             )
             .await;
         let mut later = false;

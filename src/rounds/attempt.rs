@@ -299,8 +299,8 @@ impl Inner {
     }
 
     /// Turns a quorum reached in time into a grant; with fencing, only once its tokens are
-    /// written back to a quorum. `Err(Some(_))`: the write-back failed in time; `Err(None)`: it
-    /// ended past the deadline.
+    /// written back to a quorum (unless the caller raises them itself: `raise_later`).
+    /// `Err(Some(_))`: the write-back failed in time; `Err(None)`: it ended past the deadline.
     async fn grant(
         &self,
         held: &Arc<Held>,
@@ -322,6 +322,16 @@ impl Inner {
         // returned, and is written back to a quorum (a max-register) before the lock is
         // handed out, so that any later grant's quorum sees it and goes higher.
         let tokens = fencing_tokens(&tally.votes, &tally.counters, held.keys.len());
+        if req.raise_later {
+            // The caller raises them before the token is seen (see `Request::raise_later`).
+            return Ok(Grant {
+                held: held.clone(),
+                t0,
+                deadline,
+                fencing: Some(tokens),
+                handed: None,
+            });
+        }
         let raised = self
             .raise_fence(&held.fence_keys, &tokens, deadline, req.timeout)
             .await;

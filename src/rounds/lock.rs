@@ -387,6 +387,9 @@ pub struct AcquireOptions {
     wait: Option<Duration>,
     /// Hand out a fencing token with this lock even when the Redlock does not (elections).
     pub(crate) fenced: bool,
+    /// With `fenced`: hand the token out UNRAISED; the caller raises the counter on a quorum
+    /// before anyone sees the token (an election's claim does, see `Redlock::write_record`).
+    pub(crate) raise_later: bool,
     hold_at_least: Option<Duration>,
     /// Told after every attempt that was not granted: the error when nodes failed, `None` when
     /// a quorum answered (an election's campaign reports its failures while it waits).
@@ -630,6 +633,7 @@ impl Redlock {
         })?;
         if options.fenced {
             self.fence_request(&mut req)?;
+            req.raise_later = options.raise_later;
         }
         let wait = options.wait;
         let span = tracing::debug_span!(

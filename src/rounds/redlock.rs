@@ -239,6 +239,9 @@ pub(crate) struct Request {
     pub(crate) line: Option<(usize, String)>,
     /// The lock is held for a minimum ([`AcquireOptions::hold_at_least`](crate::AcquireOptions::hold_at_least)).
     pub(crate) keeps_minimum: bool,
+    /// With fencing: the grant carries its tokens unraised, for the caller to raise (an
+    /// election's claim raises its term's counter in the same script that writes the record).
+    pub(crate) raise_later: bool,
 }
 
 impl Request {
@@ -457,6 +460,7 @@ impl Redlock {
             token: None,
             line,
             keeps_minimum: false,
+            raise_later: false,
         })
     }
 }
