@@ -399,3 +399,37 @@ async fn idle_candidates_do_not_read_while_the_leader_extends() {
     a.resign().await;
     b.resign().await;
 }
+
+/// A resign's release tells observers in the same script on every node but the line's gate
+/// (whose release wakes the next candidate in its own): one script per node there, where the
+/// release and the notification were two; the observer sees the vacancy from those messages.
+/// A failed attempt's clean-up announces nothing (the idle-candidate test counts the reads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resign_tells_observers_in_its_release_script() {
+    let (nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
+    let watcher = common::build(nodes.urls(), |b| b).await;
+    let resource = common::unique("resign-told");
+    let gate = redlock.line_node(&resource).expect("a gate");
+    let observer = watcher.observe(&resource).await.expect("observe");
+    let mut rx = observer.watch();
+    let scripts = || futures::future::join_all((0..3).map(|i| common::script_calls(&nodes, i)));
+    // The first term warms the scripts up (a first EVALSHA is answered NOSCRIPT, then EVAL).
+    for value in ["a", "b"] {
+        let term = first_term_shown(&redlock, &resource, &observer, &mut rx, value).await;
+        settled_calls(&nodes, "evalsha").await;
+        let before = scripts().await;
+        let published = settled_calls(&nodes, "publish").await;
+        term.resign().await;
+        assert!(
+            shows(&mut rx, Duration::from_secs(5), Option::is_none).await,
+            "resign not shown"
+        );
+        // One announcement per node, as before.
+        assert_eq!(settled_calls(&nodes, "publish").await - published, 3);
+        let after = scripts().await;
+        for i in (0..3).filter(|&i| i != gate && value == "b") {
+            assert_eq!(after[i] - before[i], 1, "scripts on node {i} for a resign");
+        }
+    }
+    observer.close().await;
+}

@@ -678,8 +678,11 @@ local function view_of(lock, r, lock_key, yield_key)
   local y = redis.call('GET', yield_key) or ''
   local ypttl = -2
   if y ~= '' then ypttl = redis.call('PTTL', yield_key) end
+  -- No lock value: no key (GET fails on a key of another type), whose PTTL is -2.
+  local pttl = -2
+  if lock then pttl = redis.call('PTTL', lock_key) end
   return {live, tonumber(r[2] or '0') or 0, r[3] or '', tonumber(r[4] or '0') or 0,
-    tonumber(r[5] or '0') or 0, redis.call('PTTL', lock_key), label, y, ypttl}
+    tonumber(r[5] or '0') or 0, pttl, label, y, ypttl}
 end
 local function view(lock_key, record, yield_key)
   local lock = redis.call('GET', lock_key)
@@ -777,6 +780,27 @@ return announce(KEYS[2], view(KEYS[1], KEYS[2], KEYS[3]))
 "#
 );
 
+/// The release of an election's term on a node that is not its line's gate, and the
+/// announcement of this node's view after it (what ELECT_NOTIFY sends, in the same script).
+/// KEYS: as [`ELECT_VIEW`]. ARGV[1]: the term's lock value.
+/// Reply: 1 deleted, 0 not ours (as RELEASE for one key). By EVALSHA, as a lone release: only
+/// the term's own fresh token is ever deleted, so a resend can only find it gone.
+const ELECT_RESIGN: &str = concat!(
+    elect_lib!(),
+    r#"
+local lock = redis.call('GET', KEYS[1])
+local deleted = 0
+if lock == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  deleted = 1
+  lock = false
+end
+local r = redis.call('HMGET', KEYS[2], 'v', 't', 'val', 'p', 's')
+announce(KEYS[2], view_of(lock, r, KEYS[1], KEYS[3]))
+return deleted
+"#
+);
+
 /// The scripts, hashed once per process.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -806,6 +830,7 @@ pub(crate) struct Scripts {
     pub(crate) pass: Script,
     pub(crate) gate_pass: Script,
     pub(crate) line_leave: Script,
+    pub(crate) elect_resign: Script,
     pub(crate) elect_claim: Script,
     pub(crate) elect_view: Script,
     pub(crate) elect_yield: Script,
@@ -863,6 +888,8 @@ impl Scripts {
             elect_view: Script::new(ELECT_VIEW),
             elect_yield: Script::new(ELECT_YIELD),
             elect_notify: Script::new(ELECT_NOTIFY),
+            // Deletes only the term's own fresh token, like a lone release.
+            elect_resign: Script::new(ELECT_RESIGN),
         })
     }
 }

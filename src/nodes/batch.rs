@@ -97,6 +97,10 @@ pub(crate) struct Held {
     pub(crate) repairs: Repairs,
     /// The first key and the value as command arguments (see [`Wire`]).
     pub(crate) wire: Wire,
+    /// An election's term, set once its attempt was granted: the record and the yield request
+    /// beside the lock key, whose view a release announces to observers in the same script
+    /// (see `Node::release_here`; a failed attempt's clean-up announces nothing).
+    pub(crate) announce: std::sync::OnceLock<Arc<[String; 2]>>,
 }
 
 /// A lock's first key and its value as fred arguments, made at first use and shared by every

@@ -140,6 +140,7 @@ impl Held {
             line: None,
             repairs: Default::default(),
             wire: Default::default(),
+            announce: self.announce.clone(),
         }
     }
 }

@@ -113,6 +113,7 @@ impl Node {
             line: None,
             repairs: Default::default(),
             wire: Default::default(),
+            announce: Default::default(),
         };
         let reply = self.script(script, &held, extra, timeout).await;
         reply::holder(&self.name, reply)

@@ -396,7 +396,7 @@ impl Redlock {
         argv: Vec<Value>,
         timeout: Duration,
     ) -> Vec<Option<Result<Value, NodeError>>> {
-        self.record_round_with(script, keys, argv, timeout, false)
+        self.record_round_with(script, keys, argv, timeout, false, |_| true)
             .await
     }
 
@@ -409,9 +409,11 @@ impl Redlock {
         argv: Vec<Value>,
         timeout: Duration,
         confirmed: bool,
+        only: impl Fn(usize) -> bool,
     ) -> Vec<Option<Result<Value, NodeError>>> {
         let argv = Arc::new(argv);
-        let calls = self.inner.nodes.iter().enumerate().map(|(i, n)| {
+        let nodes = self.inner.nodes.iter().enumerate();
+        let calls = nodes.filter(|(i, _)| only(*i)).map(|(i, n)| {
             let (n, keys, argv) = (n.clone(), keys.clone(), argv.clone());
             let call = async move {
                 match confirmed {
@@ -455,6 +457,7 @@ impl Redlock {
                 argv,
                 timeout,
                 claim,
+                |_| true,
             )
             .await;
         let mut later = false;
@@ -509,15 +512,21 @@ impl Redlock {
         .await;
     }
 
-    /// Announces each node's view of `resource` to its observers (after a resign). Best effort.
+    /// Announces the view of `resource` to its observers after a term's release, on the nodes
+    /// whose release did not (see `ELECT_RESIGN`): the line's gate, whose release wakes the next
+    /// candidate in its own script, and Redis Cluster nodes. Best effort.
     pub(crate) async fn notify_observers(&self, resource: &str) {
         let keys = self.election_keys(resource);
         let timeout = self.read_timeout();
-        self.record_round(
+        let gate = self.line_node(resource);
+        let nodes = &self.inner.nodes;
+        self.record_round_with(
             &crate::base::scripts::Scripts::get().elect_notify,
             keys,
             Vec::new(),
             timeout,
+            false,
+            |i| Some(i) == gate || nodes[i].is_cluster(),
         )
         .await;
     }

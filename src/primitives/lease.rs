@@ -161,6 +161,7 @@ impl Lease {
             line: None,
             repairs: Default::default(),
             wire: Default::default(),
+            announce: Default::default(),
         }))
     }
 }

@@ -270,6 +270,7 @@ impl RwRounds<'_> {
             line: None,
             repairs: Default::default(),
             wire: Default::default(),
+            announce: Default::default(),
         });
         Plan {
             resource,
@@ -334,6 +335,7 @@ impl RwRounds<'_> {
             line: None,
             repairs: Default::default(),
             wire: Default::default(),
+            announce: Default::default(),
         });
         let mut rguard = Cleanup(Some((redlock.clone(), reader.clone())), req.ttl);
         let [w, _, r] = self.keys();
@@ -440,6 +442,7 @@ impl Mark {
                 line: None,
                 repairs: Default::default(),
                 wire: Default::default(),
+                announce: Default::default(),
             }),
             ttl,
             removed: false,

@@ -127,6 +127,7 @@ impl Slots<'_> {
             line: line(&turn),
             repairs: Default::default(),
             wire: Default::default(),
+            announce: Default::default(),
         });
         let mut guard = Guard(Some((self.redlock.clone(), all_slots.clone())), ttl);
         let t0 = Instant::now();
@@ -272,6 +273,7 @@ impl Slots<'_> {
             line,
             repairs: Default::default(),
             wire: Default::default(),
+            announce: Default::default(),
         });
         let grant = Grant {
             held,
@@ -473,6 +475,7 @@ fn clone_held(h: &Held) -> Held {
         line: None,
         repairs: Default::default(),
         wire: Default::default(),
+        announce: Default::default(),
     }
 }
 

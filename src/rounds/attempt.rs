@@ -134,6 +134,9 @@ impl Redlock {
                 Ok(grant) => {
                     guard.inner = None;
                     granted_line(&held);
+                    if let Some(announce) = &req.announce {
+                        let _ = held.announce.set(announce.clone());
+                    }
                     return Ok(grant);
                 }
                 Err(refused) => failure = refused,
@@ -235,6 +238,7 @@ impl Inner {
                 .map(|(gate, key)| self.line_ref(*gate, key, turn)),
             repairs: Default::default(),
             wire: Default::default(),
+            announce: Default::default(),
         })
     }
 

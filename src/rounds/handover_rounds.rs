@@ -122,6 +122,7 @@ impl Inner {
                 line: Some(line.granted()),
                 repairs: Default::default(),
                 wire: Default::default(),
+                announce: held.announce.clone(),
             }),
             t0: Instant::now(),
             deadline: tenure.deadline,

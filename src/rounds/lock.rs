@@ -390,6 +390,9 @@ pub struct AcquireOptions {
     /// With `fenced`: hand the token out UNRAISED; the caller raises the counter on a quorum
     /// before anyone sees the token (an election's claim does, see `Redlock::write_record`).
     pub(crate) raise_later: bool,
+    /// An election's term: its release announces the election's view to observers in the
+    /// same script (one resource only).
+    pub(crate) announce: bool,
     hold_at_least: Option<Duration>,
     /// Told after every attempt that was not granted: the error when nodes failed, `None` when
     /// a quorum answered (an election's campaign reports its failures while it waits).
@@ -634,6 +637,10 @@ impl Redlock {
         if options.fenced {
             self.fence_request(&mut req)?;
             req.raise_later = options.raise_later;
+        }
+        if let (true, [resource]) = (options.announce, req.resources.as_slice()) {
+            let keys = [self.election_key(resource), self.yield_key(resource)];
+            req.announce = Some(Arc::new(keys));
         }
         let wait = options.wait;
         let span = tracing::debug_span!(

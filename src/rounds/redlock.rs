@@ -242,6 +242,9 @@ pub(crate) struct Request {
     /// With fencing: the grant carries its tokens unraised, for the caller to raise (an
     /// election's claim raises its term's counter in the same script that writes the record).
     pub(crate) raise_later: bool,
+    /// An election's term: its record and yield request, announced by the release (see
+    /// `Held::announce`).
+    pub(crate) announce: Option<Arc<[String; 2]>>,
 }
 
 impl Request {
@@ -461,6 +464,7 @@ impl Redlock {
             line,
             keeps_minimum: false,
             raise_later: false,
+            announce: Default::default(),
         })
     }
 }
