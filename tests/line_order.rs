@@ -209,3 +209,52 @@ async fn a_waiter_granted_by_the_gate_alone_waits_in_line() {
     assert!(members(0).await, "the waiter left the line when it gave up");
     waiter.close().await;
 }
+
+/// The line (and its flag) lives while its head looks: a waiter that joins or renews its place
+/// behind a live head renews only its own lease, and leaves the line's expiry alone (two
+/// commands fewer per renewal and per newcomer); once no one is ahead of it, its next look
+/// (within a second) renews the line. Fails when every join renews the line (its TTL falls
+/// from the minute set here to the 12 s a join sets).
+#[tokio::test]
+async fn only_a_waiter_with_no_one_ahead_renews_the_line() {
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let waiter = build(nodes.urls(), |b| b.retry(retry(u32::MAX, 20, 20))).await;
+    let r = unique("renews");
+    let (key, line) = (waiter.key(&r), line_key(&waiter, &r));
+    let gate = waiter.line_node(&r).unwrap();
+    for i in 0..3 {
+        nodes
+            .command(i, &["SET", &key, "someone-else", "PX", "60000"])
+            .await
+            .unwrap();
+    }
+    let head = head_of_another_process(&nodes, &waiter, &r).await;
+    let task = tokio::spawn({
+        let (waiter, r) = (waiter.clone(), r.clone());
+        async move { waiter.acquire(r.as_str(), TTL).await }
+    });
+    assert!(line_has(&nodes, &waiter, &r, 2).await, "the waiter joined");
+    let pttl = || async {
+        match nodes.command(gate, &["PTTL", &line]).await.unwrap() {
+            fredlock_testkit::RespValue::Integer(t) => t,
+            other => panic!("PTTL: {other:?}"),
+        }
+    };
+    // Joined, and renewed at least once (a renewal a second): the minute set above stands.
+    let renewed = eventually(Duration::from_secs(5), || async {
+        command_calls(&nodes, gate, "zadd").await >= 3
+    });
+    assert!(renewed.await, "the waiter renewed its place");
+    assert!(
+        pttl().await > 15_000,
+        "the line's expiry was renewed from behind the head"
+    );
+    // The head leaves: the waiter's next look finds no one ahead and renews the line.
+    let lease = format!("{line}|{head}");
+    nodes.command(gate, &["ZREM", &line, &head]).await.unwrap();
+    nodes.command(gate, &["DEL", &lease]).await.unwrap();
+    let head_renews = eventually(Duration::from_secs(5), || async { pttl().await <= 12_000 });
+    assert!(head_renews.await, "the head did not renew the line");
+    task.abort();
+    waiter.close().await;
+}

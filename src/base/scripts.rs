@@ -219,9 +219,14 @@ return 1
 ///   later); `first`, when given, is the first entry as already read;
 /// - `wake(member, prefix, why)`: `PUBLISH prefix<instance> <seq>|<why>`, the member's
 ///   process's own channel (one per `Redlock`, whatever the number of keys);
-/// - `join(line, member, lease, front)`: into the line unless already in it (at the back, or
-///   at the front for a waiter whose granted turn failed elsewhere); renew the lease. The line itself expires 4 leases after its last
-///   newcomer (members still waiting then join again).
+/// - `join(line, member, lease, front, lead)`: into the line unless already in it (at the
+///   back, or at the front for a waiter whose granted turn failed elsewhere); renew the lease.
+///   The line and its flag live 4 leases from the last look of a waiter with no live member
+///   ahead of it (`lead`: the head, which looks at least once a lease while its lease lives;
+///   once it is gone, the next look finds no one ahead), from a put-back at the front, and from
+///   a join to an empty line. The waiters behind the head only renew their own lease: two
+///   commands fewer per renewal and per newcomer (members still waiting when the line
+///   expires join again).
 macro_rules! line_lib {
     () => {
         r#"
@@ -240,16 +245,18 @@ local function wake(h, prefix, why)
   local inst, seq = string.match(h, '^([^:]+):(.+)$')
   if inst then redis.call('PUBLISH', prefix .. inst, seq .. '|' .. why) end
 end
-local function join(line, me, lease, front)
+local function join(line, me, lease, front, lead)
   local at, step = -1, 1
   if front then at, step = 0, -1 end
   local edge = redis.call('ZRANGE', line, at, at, 'WITHSCORES')
   local s = 0
   if edge[2] then s = tonumber(edge[2]) + step end
   redis.call('ZADD', line, 'NX', s, me)
-  -- The line lives while anyone renews a place in it, and its flag (read by GATE_FREE) with it.
-  redis.call('PEXPIRE', line, 4 * tonumber(lease))
-  redis.call('SET', line .. '!', '1', 'PX', 4 * tonumber(lease))
+  -- The line lives while its head looks, and its flag (read by GATE_FREE) with it.
+  if lead or front or not edge[2] then
+    redis.call('PEXPIRE', line, 4 * tonumber(lease))
+    redis.call('SET', line .. '!', '1', 'PX', 4 * tonumber(lease))
+  end
   redis.call('SET', line .. '|' .. me, '1', 'PX', lease)
 end
 "#
@@ -287,7 +294,7 @@ if h == nil or h == me then
   end
 end
 if me == '' then return {0, -1, redis.call('PTTL', key)} end
-join(line, me, ARGV[4], false)
+join(line, me, ARGV[4], false, h == nil or h == me)
 if h == nil or h == me then return {0, 0, redis.call('PTTL', key)} end
 if ARGV[5] == 'rank' then return {0, redis.call('ZRANK', line, me), -3} end
 return {0, 1, -3}
@@ -328,7 +335,7 @@ if h == nil or h == me then
   end
 end
 if me == '' then return {0, -1} end
-join(line, me, ARGV[6], false)
+join(line, me, ARGV[6], false, h == nil or h == me)
 if h == nil or h == me then return {0, 0} end
 return {0, 1}
 "#
@@ -374,10 +381,10 @@ if mode == 'w' or mode == 'q' then
   end
 elseif string.sub(mode, 1, 1) == '+' then
   -- Granted here by this attempt (the head, or the line was empty), refused elsewhere.
-  join(line, string.sub(mode, 2), ARGV[3], true)
+  join(line, string.sub(mode, 2), ARGV[3], true, true)
 elseif redis.call('EXISTS', line .. '|' .. mode) == 1 then
   -- Only a waiter that held a place here (its lease lives on after its grant took it out).
-  join(line, mode, ARGV[3], true)
+  join(line, mode, ARGV[3], true, true)
 end
 return {deleted, ''}
 "#
