@@ -35,12 +35,7 @@ async fn a_clean_up_puts_back_only_a_waiter_that_held_a_place() {
     let r = unique("put-back");
     let (key, line) = (waiter.key(&r), line_key(&waiter, &r));
     let gate = waiter.line_node(&r).unwrap();
-    for i in 0..3 {
-        nodes
-            .command(i, &["SET", &key, "someone-else", "PX", "60000"])
-            .await
-            .unwrap();
-    }
+    held_elsewhere(&nodes, &key).await;
     // Another process's waiter, in line with a live lease.
     let other = "0badc0de:1";
     for args in [
@@ -82,6 +77,16 @@ async fn a_clean_up_puts_back_only_a_waiter_that_held_a_place() {
     waiter.close().await;
 }
 
+/// Another process holds `key` on every node for a minute.
+async fn held_elsewhere(nodes: &LocalNodes, key: &str) {
+    for i in 0..3 {
+        nodes
+            .command(i, &["SET", key, "someone-else", "PX", "60000"])
+            .await
+            .unwrap();
+    }
+}
+
 /// Puts a waiter of another process at the head of `resource`'s line (a live lease), as a
 /// refused waiter's attempt would; returns its member.
 async fn head_of_another_process(
@@ -119,12 +124,7 @@ async fn only_a_process_that_saw_contention_lines_up_at_its_first_attempt() {
     let key = seen.key(&r);
     let briefly = AcquireOptions::new().wait(Duration::from_millis(300));
     // `seen` meets the key held by someone else, and gives up.
-    for i in 0..3 {
-        nodes
-            .command(i, &["SET", &key, "someone-else", "PX", "60000"])
-            .await
-            .unwrap();
-    }
+    held_elsewhere(&nodes, &key).await;
     let refused = seen.acquire_using(r.as_str(), TTL, &briefly).await;
     assert!(
         matches!(refused, Err(Error::Contended { .. })),
@@ -222,12 +222,7 @@ async fn only_a_waiter_with_no_one_ahead_renews_the_line() {
     let r = unique("renews");
     let (key, line) = (waiter.key(&r), line_key(&waiter, &r));
     let gate = waiter.line_node(&r).unwrap();
-    for i in 0..3 {
-        nodes
-            .command(i, &["SET", &key, "someone-else", "PX", "60000"])
-            .await
-            .unwrap();
-    }
+    held_elsewhere(&nodes, &key).await;
     let head = head_of_another_process(&nodes, &waiter, &r).await;
     let task = tokio::spawn({
         let (waiter, r) = (waiter.clone(), r.clone());

@@ -326,30 +326,23 @@ impl Inner {
         // returned, and is written back to a quorum (a max-register) before the lock is
         // handed out, so that any later grant's quorum sees it and goes higher.
         let tokens = fencing_tokens(&tally.votes, &tally.counters, held.keys.len());
-        if req.raise_later {
-            // The caller raises them before the token is seen (see `Request::raise_later`).
-            return Ok(Grant {
-                held: held.clone(),
-                t0,
-                deadline,
-                fencing: Some(tokens),
-                handed: None,
-            });
+        // Unless the caller raises them before the token is seen (`Request::raise_later`).
+        if !req.raise_later {
+            let raised = self
+                .raise_fence(&held.fence_keys, &tokens, deadline, req.timeout)
+                .await;
+            let now = Instant::now();
+            if quorum::outcome(&raised.0) != Outcome::Reached || now >= deadline {
+                return Err((now < deadline).then_some(Failure::Unavailable(raised)));
+            }
         }
-        let raised = self
-            .raise_fence(&held.fence_keys, &tokens, deadline, req.timeout)
-            .await;
-        let now = Instant::now();
-        if quorum::outcome(&raised.0) == Outcome::Reached && now < deadline {
-            return Ok(Grant {
-                held: held.clone(),
-                t0,
-                deadline,
-                fencing: Some(tokens),
-                handed: None,
-            });
-        }
-        Err((now < deadline).then_some(Failure::Unavailable(raised)))
+        Ok(Grant {
+            held: held.clone(),
+            t0,
+            deadline,
+            fencing: Some(tokens),
+            handed: None,
+        })
     }
 
     /// Why an attempt that was not granted (or was, too late) failed.
