@@ -228,8 +228,14 @@ impl Node {
                 reply => return Self::duplicate_or(counts, self.gate_vote(held, line, reply)),
             }
         }
-        if let Some(reply) = self.resign(held, timeout).await {
-            return Self::duplicate_or(counts, reply::released(&self.name, reply, 1));
+        match self.resign(held, timeout).await {
+            // Scripts taken away from this user since the term began: the plain release
+            // (native on Valkey; observers learn of the end from the other nodes or at expiry).
+            Some(Err(e)) if scripts_denied(&e) => {}
+            Some(reply) => {
+                return Self::duplicate_or(counts, reply::released(&self.name, reply, 1))
+            }
+            None => {}
         }
         let vote = match self.slot_groups(&held.keys) {
             None => {
