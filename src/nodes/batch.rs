@@ -493,8 +493,9 @@ async fn by_sha(
     body: impl FnOnce() -> Vec<Value> + Send + 'static,
     timeout: Duration,
 ) -> Result<Value, NodeError> {
+    let on: &State = state;
     let (client, state) = (client.clone(), state.clone());
-    Finish::new(&state.clone(), async move {
+    Finish::new(on, async move {
         let with = client.with_options(&options(timeout));
         let cmd = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
         match Box::pin(with.custom::<Value, Value>(cmd, sha)).await {
