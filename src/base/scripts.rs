@@ -673,7 +673,7 @@ return out
 macro_rules! elect_lib {
     () => {
         r#"
-local function view_of(lock, r, lock_key, yield_key)
+local function view_of(lock, r, lock_key, yield_key, lock_pttl)
   local live = 0
   local label = ''
   if lock and r[1] and lock == r[1] then
@@ -685,9 +685,10 @@ local function view_of(lock, r, lock_key, yield_key)
   local y = redis.call('GET', yield_key) or ''
   local ypttl = -2
   if y ~= '' then ypttl = redis.call('PTTL', yield_key) end
-  -- No lock value: no key (GET fails on a key of another type), whose PTTL is -2.
+  -- No lock value: no key (GET fails on a key of another type), whose PTTL is -2. A
+  -- caller that has just set the TTL passes it (`lock_pttl`) rather than reading it.
   local pttl = -2
-  if lock then pttl = redis.call('PTTL', lock_key) end
+  if lock then pttl = lock_pttl or redis.call('PTTL', lock_key) end
   return {live, tonumber(r[2] or '0') or 0, r[3] or '', tonumber(r[4] or '0') or 0,
     tonumber(r[5] or '0') or 0, pttl, label, y, ypttl}
 end
@@ -787,6 +788,22 @@ return announce(KEYS[2], view(KEYS[1], KEYS[2], KEYS[3]))
 "#
 );
 
+/// An election term's extension, and the announcement of this node's view after it, so that
+/// observers learn the new TTL without reading (see `observe`).
+/// KEYS: as [`ELECT_VIEW`]. ARGV[1]: the term's lock value, ARGV[2]: the new TTL in ms.
+/// Reply: 1 extended (and announced), 0 not ours (nothing done, nothing announced), as EXTEND
+/// for one key. By EVALSHA, as EXTEND: it never creates a key.
+const ELECT_EXTEND: &str = concat!(
+    elect_lib!(),
+    r#"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local r = redis.call('HMGET', KEYS[2], 'v', 't', 'val', 'p', 's')
+announce(KEYS[2], view_of(ARGV[1], r, KEYS[1], KEYS[3], tonumber(ARGV[2])))
+return 1
+"#
+);
+
 /// The release of an election's term on a node that is not its line's gate, and the
 /// announcement of this node's view after it (what ELECT_NOTIFY sends, in the same script).
 /// KEYS: as [`ELECT_VIEW`]. ARGV[1]: the term's lock value.
@@ -838,6 +855,7 @@ pub(crate) struct Scripts {
     pub(crate) gate_pass: Script,
     pub(crate) line_leave: Script,
     pub(crate) elect_resign: Script,
+    pub(crate) elect_extend: Script,
     pub(crate) elect_claim: Script,
     pub(crate) elect_view: Script,
     pub(crate) elect_yield: Script,
@@ -897,6 +915,8 @@ impl Scripts {
             elect_notify: Script::new(ELECT_NOTIFY),
             // Deletes only the term's own fresh token, like a lone release.
             elect_resign: Script::new(ELECT_RESIGN),
+            // Like EXTEND: never creates a key, so a late resend only finds it gone.
+            elect_extend: Script::new(ELECT_EXTEND),
         })
     }
 }

@@ -54,6 +54,10 @@ impl Node {
             self.confirm_all(&mut votes, timeout).await;
             return votes;
         }
+        // An election's term alone, announcing its new TTL to observers (see `extend`).
+        let announced: Vec<usize> = (0..batch.len())
+            .filter(|&j| self.announced(&batch[j].held).is_some())
+            .collect();
         // One script per TTL (and, on a cluster, per hash slot); a lock's keys may span slots.
         let mut groups: Vec<(u64, Vec<Part>)> = Vec::new();
         let mut index: std::collections::HashMap<(u64, u16), usize> = Default::default();
@@ -65,6 +69,9 @@ impl Node {
             groups[g].1.push(part);
         };
         for (j, x) in batch.iter().enumerate() {
+            if announced.contains(&j) {
+                continue;
+            }
             let slot_of = |i: usize| match self.is_cluster() {
                 true => x
                     .held
@@ -83,15 +90,23 @@ impl Node {
                 }
             }
         }
+        let alone = futures::future::join_all(announced.iter().map(|&j| {
+            let x = &batch[j];
+            self.clone()
+                .extend_unconfirmed(x.held.clone(), x.ttl_ms, timeout)
+        }));
         let this = &*self;
         let batch = &*batch;
-        let answers = futures::future::join_all(
+        let grouped = futures::future::join_all(
             groups
                 .iter()
                 .map(|(ttl_ms, parts)| this.extend_parts(batch, *ttl_ms, parts, timeout)),
-        )
-        .await;
+        );
+        let (alone, answers) = futures::future::join(alone, grouped).await;
         let mut per_lock: Vec<Vec<Vote>> = vec![Vec::new(); batch.len()];
+        for (&j, vote) in announced.iter().zip(alone) {
+            per_lock[j].push(vote);
+        }
         for ((_, parts), votes) in groups.iter().zip(answers) {
             for ((j, _), vote) in parts.iter().zip(votes) {
                 per_lock[*j].push(vote);

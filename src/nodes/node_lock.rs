@@ -264,20 +264,51 @@ impl Node {
     /// compare-and-delete and the announcement of the election's view to observers, in one
     /// script (`ELECT_RESIGN`). `None`: not such a release (the plain one follows).
     async fn resign(&self, held: &Held, timeout: Duration) -> Option<Result<Value, NodeError>> {
-        let (Some(a), [key], false) = (held.announce.get(), held.keys.as_slice(), held.custom)
-        else {
-            return None;
-        };
-        if self.is_cluster() {
-            return None;
-        }
+        let keys = self.announced(held)?;
         let scripts = crate::base::scripts::Scripts::get();
-        let keys = [key.as_str(), a[0].as_str(), a[1].as_str()];
         let argv = [Value::from(held.value.as_str())];
         Some(
             self.script_on(&scripts.elect_resign, &keys, &argv, timeout)
                 .await,
         )
+    }
+
+    /// An election term's keys on a single server: the lock key, the election's record and
+    /// its yield request, whose view the term's extensions and release announce to observers
+    /// (`None`: not a term's lock, or a cluster node, where observers read instead).
+    pub(super) fn announced<'a>(&self, held: &'a Held) -> Option<[&'a str; 3]> {
+        match (held.announce.get(), held.keys.as_slice(), held.custom) {
+            (Some(a), [key], false) if !self.is_cluster() => {
+                Some([key.as_str(), a[0].as_str(), a[1].as_str()])
+            }
+            _ => None,
+        }
+    }
+
+    /// An election term's extension on a single server, announcing this node's view of the
+    /// election after it (`ELECT_EXTEND`), so that observers see the new TTL without reading.
+    /// `None`: not a term's lock here, or this user may not run scripts here (the plain
+    /// extension follows; observers then read at the TTL they knew).
+    async fn extend_announced(&self, held: &Held, ttl_ms: u64, timeout: Duration) -> Option<Vote> {
+        let keys = self.announced(held)?;
+        if self.state.caps.lua_free_only() {
+            return None;
+        }
+        if let Err(e) = self.state.counts() {
+            return Some(Vote::Failed(e));
+        }
+        let scripts = crate::base::scripts::Scripts::get();
+        let argv = [
+            Value::from(held.value.as_str()),
+            Value::Integer(ttl_ms as i64),
+        ];
+        match self
+            .script_on(&scripts.elect_extend, &keys, &argv, timeout)
+            .await
+        {
+            Err(e) if scripts_denied(&e) => None,
+            reply => Some(reply::vote(&self.name, reply)),
+        }
     }
 
     /// A duplicate node's answer is never counted.
@@ -327,16 +358,27 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
     ) -> Vote {
-        let vote = match self.extend_native(&held, ttl_ms, timeout).await {
-            Some(vote) => vote,
-            None => {
-                let scripts = crate::base::scripts::Scripts::get();
-                self.clone()
-                    .ttl_script(&scripts.extend, held, ttl_ms, timeout)
-                    .await
-            }
-        };
+        let vote = self.clone().extend_unconfirmed(held, ttl_ms, timeout).await;
         self.confirmed(vote, timeout).await
+    }
+
+    /// [`extend`](Self::extend) before the replicas' confirmation: an election term's
+    /// announced extension, the native one, or the script.
+    pub(super) async fn extend_unconfirmed(
+        self: Arc<Self>,
+        held: Arc<Held>,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Vote {
+        if let Some(vote) = self.extend_announced(&held, ttl_ms, timeout).await {
+            return vote;
+        }
+        if let Some(vote) = self.extend_native(&held, ttl_ms, timeout).await {
+            return vote;
+        }
+        let scripts = crate::base::scripts::Scripts::get();
+        self.ttl_script(&scripts.extend, held, ttl_ms, timeout)
+            .await
     }
 
     /// Re-sets `held`'s keys on this node where they are missing, with our value and `ttl_ms`:

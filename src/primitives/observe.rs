@@ -2,10 +2,10 @@
 //!
 //! An [`Observer`] keeps one subscriber connection per node (its own, separate from the lock
 //! connections and from the waiters' subscribers) on the election record's channel. Every
-//! claim, proclaim, request to yield and resign publishes there the node's own view of the
-//! election (the view a read returns: whether the lock holds the record's term, the term, the
-//! value, the priority, the lock's TTL, a request to yield), written by the same script that
-//! changed it. The observer keeps each node's latest view and names a leader only when a
+//! claim, proclaim, extension, request to yield and resign publishes there the node's own view
+//! of the election (the view a read returns: whether the lock holds the record's term, the
+//! term, the value, the priority, the lock's TTL, a request to yield), written by the same
+//! script that changed it. The observer keeps each node's latest view and names a leader only when a
 //! quorum of them hold the same live term, as a read of every node does: so a change of leader
 //! costs the observer no command at all, whatever the number of observers. A node's messages
 //! arrive in the order it wrote; a duplicated one changes nothing. A view's TTL counts from the
@@ -16,16 +16,18 @@
 //! The observer reads every node instead (once per burst of messages):
 //! - at the start, and after a subscriber connection comes back (and is subscribed again) or
 //!   messages were dropped;
-//! - when a known view's lock may have expired by now (a live view past its TTL): an extension
-//!   publishes nothing, so the leader may have extended it; likewise at the moment the term's
-//!   keys expire at a quorum unless extended (the quorum-th longest TTL plus 1 ms), so a killed
+//! - when a known view's lock may have expired by now (a live view past its TTL): the leader's
+//!   extensions announce the new TTL on single servers, but not where scripts are denied or on
+//!   a Redis Cluster node, and a message can be lost; likewise at the moment the term's keys
+//!   expire at a quorum unless extended (the quorum-th longest TTL plus 1 ms), so a killed
 //!   leader shows as `None` within its TTL of its last extension;
 //! - on a message of an older version of this library (which says only "read again");
 //! - on every message, while some node has no subscriber (a Redis Cluster node, or one whose
 //!   subscriber connection never subscribed): that node's view would go stale.
 //!
-//! While nothing changes, an observer sends one read per node per term-expiry interval (about
-//! one per extension of the leader's lock), and nothing at all without a leader.
+//! While nothing changes, an observer sends nothing: every extension of the leader's lock
+//! announces each node's view with its new TTL (one `PUBLISH` per node and extension, whatever
+//! the number of observers), and without a leader there is nothing to wait for.
 //!
 //! Owns: the subscriber connections of observers, the read loop. Must not: write anything.
 
