@@ -358,11 +358,7 @@ impl Builder {
         let (drift_factor, label) = self.checked()?;
         let servers = Arc::new(Servers::default());
         let nodes = create_nodes(self.nodes, &servers, self.node_timeout, self.confirm)?;
-        let line = Arc::new(Line::new(
-            &self.key_prefix,
-            nodes.len(),
-            !self.wake_on_release,
-        ));
+        let line = Arc::new(Line::new(&self.key_prefix, nodes.len()));
         let wake = if self.wake_on_release {
             Subscribers::new(&nodes, line.clone())
         } else {

@@ -94,11 +94,22 @@ async fn head_of_another_process(
     redlock: &fredlock::Redlock,
     r: &str,
 ) -> String {
+    waiter_of_another_process(nodes, redlock, r, 0).await
+}
+
+/// As [`head_of_another_process`], at `score` in the line (the head's is 0).
+async fn waiter_of_another_process(
+    nodes: &LocalNodes,
+    redlock: &fredlock::Redlock,
+    r: &str,
+    score: u32,
+) -> String {
     let (gate, line) = (redlock.line_node(r).unwrap(), line_key(redlock, r));
     let other = format!("{:08x}:1", rand::random::<u32>());
     let lease = format!("{line}|{other}");
+    let score = score.to_string();
     for args in [
-        vec!["ZADD", line.as_str(), "0", other.as_str()],
+        vec!["ZADD", line.as_str(), score.as_str(), other.as_str()],
         vec!["PEXPIRE", line.as_str(), "60000"],
         vec!["SET", lease.as_str(), "1", "PX", "60000"],
     ] {
@@ -251,5 +262,68 @@ async fn only_a_waiter_with_no_one_ahead_renews_the_line() {
     let head_renews = eventually(Duration::from_secs(5), || async { pttl().await <= 12_000 });
     assert!(head_renews.await, "the head did not renew the line");
     task.abort();
+    waiter.close().await;
+}
+
+/// A waiter two places or more behind the head renews its place with one command (`SET` of its
+/// lease, `XX`) at its timers, and looks at the gate (a script) only at every fifth: only the
+/// head and the waiter right behind it look every second (a lost wake-up, a dead head). Its
+/// place stays alive meanwhile, and once the waiters ahead are gone, its next look finds it at
+/// the head and it takes the freed lock. Fails when every timer looks (a script a second).
+#[tokio::test]
+async fn a_waiter_far_behind_the_head_renews_its_place_with_one_command() {
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let waiter = build(nodes.urls(), |b| b.retry(retry(u32::MAX, 20, 20))).await;
+    let r = unique("far");
+    let (key, line) = (waiter.key(&r), line_key(&waiter, &r));
+    let gate = waiter.line_node(&r).unwrap();
+    held_elsewhere(&nodes, &key).await;
+    let mut ahead = Vec::new();
+    for score in 0..2 {
+        ahead.push(waiter_of_another_process(&nodes, &waiter, &r, score).await);
+    }
+    let task = tokio::spawn({
+        let (waiter, r) = (waiter.clone(), r.clone());
+        async move { waiter.acquire(r.as_str(), TTL).await }
+    });
+    assert!(line_has(&nodes, &waiter, &r, 3).await, "the waiter joined");
+    // From its first renewal (a second after it joined) to its third: no script on the gate.
+    let nodes = &nodes;
+    let sets = |n: u64| async move {
+        eventually(Duration::from_secs(5), || async move {
+            command_calls(nodes, gate, "set").await >= n
+        })
+        .await
+    };
+    let before = command_calls(nodes, gate, "set").await;
+    assert!(sets(before + 1).await, "the waiter renewed its place");
+    let scripts = script_calls(nodes, gate).await;
+    assert!(
+        sets(before + 3).await,
+        "the waiter renewed its place twice more"
+    );
+    assert_eq!(
+        script_calls(nodes, gate).await - scripts,
+        0,
+        "a waiter two places behind the head looked at every timer"
+    );
+    let members = line_members(nodes, &waiter, &r).await;
+    assert_eq!(members.len(), 3, "the waiter kept its place: {members:?}");
+    // The waiters ahead leave and the lock is freed: the waiter's next look (at its fifth
+    // timer at the latest) finds it at the head, and it takes the lock.
+    for member in &ahead {
+        let lease = format!("{line}|{member}");
+        nodes.command(gate, &["ZREM", &line, member]).await.unwrap();
+        nodes.command(gate, &["DEL", &lease]).await.unwrap();
+    }
+    for i in 0..3 {
+        nodes.command(i, &["DEL", &key]).await.unwrap();
+    }
+    let lock = tokio::time::timeout(Duration::from_secs(15), task)
+        .await
+        .expect("the waiter took the lock once the waiters ahead left")
+        .unwrap()
+        .unwrap();
+    lock.release().await.unwrap();
     waiter.close().await;
 }

@@ -5,9 +5,10 @@
 //! `scripts` (`GATE_ACQUIRE`, `GATE_RELEASE`, `LINE_LEAVE`) grant the gate's vote only to the
 //! head of the line, add refused waiters at its back, and wake the head, and only the head,
 //! when a holder releases: one `PUBLISH` per release, fleet-wide, on the head's process's own
-//! channel. Each waiter renews a short lease in the line (by probing the gate, which also
-//! notices a lost wake-up or an expired holder), so a waiter whose process died drops out
-//! within [`LEASE`].
+//! channel. Each waiter renews a short lease in the line (the head and the waiter right
+//! behind it by probing the gate, which also notices a lost wake-up, an expired holder or a
+//! dead head; the waiters further back with one `SET`, probing at every fifth renewal), so a
+//! waiter whose process died drops out within [`LEASE`].
 //!
 //! This module is the local half: each waiter's member name (`<instance>:<seq>`, the instance
 //! being this Redlock's random id), the wake-up it receives (from the subscriber, or directly
@@ -43,8 +44,6 @@ pub(crate) struct Line {
     instance: String,
     /// The wake-up channels' common prefix (`<key prefix>~wake:`).
     prefix: String,
-    /// No wake-ups: waiters poll their gate, paced by their exact place in line.
-    polls: bool,
     /// The next member's sequence number (taken when an acquire starts: see [`Line::seq`]).
     next: std::sync::atomic::AtomicU64,
     /// Some key was marked hot once: until then [`Line::is_hot`] takes no lock.
@@ -82,9 +81,8 @@ pub(crate) struct Member {
 
 impl Line {
     /// The line state of a Redlock over `nodes` nodes whose keys start with `key_prefix`.
-    pub(crate) fn new(key_prefix: &str, nodes: usize, polls: bool) -> Line {
+    pub(crate) fn new(key_prefix: &str, nodes: usize) -> Line {
         Line {
-            polls,
             next: Default::default(),
             any_hot: Default::default(),
             instance: format!("{:032x}", rand::random::<u128>()),
@@ -98,11 +96,6 @@ impl Line {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Whether this Redlock's waiters poll (no wake-ups).
-    pub(crate) fn polls(&self) -> bool {
-        self.polls
     }
 
     /// The channel prefix every release script publishes under.
@@ -314,7 +307,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_message_wakes_its_member_only() {
-        let line = Arc::new(Line::new("p:", 3, false));
+        let line = Arc::new(Line::new("p:", 3));
         let a = line.member(Some(1), line.seq());
         let b = line.member(Some(1), line.seq());
         let seq_b = b.name().split(':').nth(1).unwrap_or("").to_string();
@@ -336,7 +329,7 @@ mod tests {
 
     #[tokio::test]
     async fn clear_forgets_a_stored_wake_up_and_subscriber_up_wakes_all() {
-        let line = Arc::new(Line::new("p:", 2, false));
+        let line = Arc::new(Line::new("p:", 2));
         let a = line.member(Some(1), line.seq());
         line.woke(a.name());
         a.clear();
@@ -353,7 +346,7 @@ mod tests {
 
     #[test]
     fn hot_keys_are_remembered_and_bounded() {
-        let line = Line::new("p:", 1, false);
+        let line = Line::new("p:", 1);
         assert!(!line.is_hot("k"));
         line.mark_hot("k");
         assert!(line.is_hot("k"));

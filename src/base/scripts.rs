@@ -268,8 +268,9 @@ end
 /// waiters behind it. A refused waiter joins the line (or renews its lease there).
 /// KEYS[1]: the lock key, KEYS[2]: its line, KEYS[3] (with fencing): its counter.
 /// ARGV[1]: value, ARGV[2]: TTL in ms, ARGV[3]: the waiter's member ('' = does not wait),
-/// ARGV[4]: the lease in ms, ARGV[5]: `rank` to be told the exact place behind the head (a
-/// waiter that polls paces itself by it; one more command).
+/// ARGV[4]: the lease in ms, ARGV[5]: `rank` to be told the exact place behind the head (one
+/// more command: a waiter far behind renews its place without looking, one that polls paces
+/// itself by it).
 /// Reply: `{1, counter}` set (counter 0 without fencing, -1 when not a number), `{1, counter,
 /// 1}` set for the head of a line (others may still wait); `{0, rank,
 /// pttl}` refused: the waiter's place in the line (0 = head, 1.. = behind it: 1 unless asked

@@ -62,7 +62,7 @@ impl Node {
             keys.push(fence);
         }
         let member = line.member.as_deref().unwrap_or("");
-        let rank = if line.local.polls() { "rank" } else { "" };
+        let rank = if line.rank { "rank" } else { "" };
         let argv = [
             Value::from(held.value.as_str()),
             Value::Integer(ttl_ms as i64),
@@ -283,6 +283,31 @@ impl Node {
 
     /// Leaves `line` (a waiter that gave up), or with no member pokes it (a broken lock): the
     /// next head is woken when a key is free. Returns the member woken.
+    /// Renews a waiter's place in a line without looking at the line (a waiter far from its
+    /// head: see the acquire loop): `SET <line>|<member> 1 PX <lease> XX`, one command.
+    /// `Ok(false)`: the place's lease was gone (it expired, or the line with it), and the waiter
+    /// must look at the gate to join again.
+    pub(crate) async fn renew_place(
+        &self,
+        line_key: &str,
+        member: &str,
+        timeout: Duration,
+    ) -> Result<bool, NodeError> {
+        let lease = crate::base::line::LEASE.as_millis() as i64;
+        let args = vec![
+            Value::from(format!("{line_key}|{member}")),
+            Value::from("1"),
+            Value::from("PX"),
+            Value::Integer(lease),
+            Value::from("XX"),
+        ];
+        match self.call("SET", 0, args, timeout).await? {
+            Value::Null => Ok(false),
+            Value::String(s) if s == "OK" => Ok(true),
+            _ => Err(self.unexpected("OK or nil")),
+        }
+    }
+
     pub(crate) async fn leave_line(
         self: Arc<Self>,
         keys: Arc<Vec<String>>,

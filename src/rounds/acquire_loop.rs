@@ -23,6 +23,10 @@ use crate::rounds::attempt::{Failure, Grant, Turn};
 use crate::rounds::handover::Handoff;
 use crate::rounds::redlock::{random_up_to, Inner, Redlock, Retry};
 
+/// A waiter far behind its line's head looks at the gate at every this many timers (and
+/// renews its place with one command at the others: see `Acquiring::renewed_only`).
+const LOOK_EVERY: u32 = 5;
+
 /// Told after each attempt that was not granted (see `AcquireOptions::report`): `Some` with the
 /// error the acquire would return for it when nodes failed or the validity ran out, `None`
 /// when the nodes answered and refused (contention).
@@ -43,6 +47,8 @@ impl Redlock {
     ///   place), and the other nodes only if the gate granted. The timer is [`RENEW`] while
     ///   wake-ups reach it (for the head, the holder's TTL left on the gate if sooner, so an
     ///   expired holder is noticed at once), else the retry pause times the place behind the head (1 to 8).
+    ///   A waiter two places or more behind the head renews its place with one command instead
+    ///   of asking, but at every fifth timer (see [`Acquiring::renewed_only`]).
     ///
     /// Without a line (several resources, a node failure at the gate, a `try_acquire`), it
     /// pauses `delay + random(0..=jitter)` between attempts. `attempts` is a budget of waiting
@@ -321,15 +327,7 @@ impl<'a> Acquiring<'a> {
             (Some(p), None) if p.joined => pause.min(RENEW),
             _ => pause,
         };
-        let planned = pauses(timer, pause).min(self.budget - self.waited);
-        let until = Duration::try_from_secs_f64(pause.as_secs_f64() * planned)
-            .ok()
-            .filter(|_| !pause.is_zero())
-            .unwrap_or(timer);
-        let until = match (now.checked_add(until), self.give_up) {
-            (Some(t), Some(g)) => Some(t.min(g)),
-            (t, g) => t.or(g),
-        };
+        let (planned, until) = self.plan(timer, pause, now);
         Decision::Wait(Pause {
             failure,
             queue,
@@ -340,9 +338,75 @@ impl<'a> Acquiring<'a> {
         })
     }
 
+    /// A wait of `timer` from `now`: the retry pauses it counts for (no more than the budget
+    /// left) and when it ends (no later than `give_up`).
+    fn plan(&self, timer: Duration, pause: Duration, now: Instant) -> (f64, Option<Instant>) {
+        let planned = pauses(timer, pause).min(self.budget - self.waited);
+        let until = Duration::try_from_secs_f64(pause.as_secs_f64() * planned)
+            .ok()
+            .filter(|_| !pause.is_zero())
+            .unwrap_or(timer);
+        let until = match (now.checked_add(until), self.give_up) {
+            (Some(t), Some(g)) => Some(t.min(g)),
+            (t, g) => t.or(g),
+        };
+        (planned, until)
+    }
+
+    /// A waiter two or more places behind its line's head, as the gate last told it, renews its
+    /// place with one command when its timer fires ([`Node::renew_place`]) instead of looking at
+    /// the gate (about 7 commands), except at every [`LOOK_EVERY`]-th renewal, which looks: the
+    /// head's looks notice a lost wake-up and the next waiter's notice a dead head (each within
+    /// [`RENEW`]), and only those two can take the next turn. Whether it renewed (and may wait
+    /// again); `false` when it should look now (its place's lease was gone, the gate failed,
+    /// the waiting time ran out, or it is time to look).
+    ///
+    /// [`Node::renew_place`]: crate::nodes::node::Node::renew_place
+    async fn renewed_only(&mut self, p: &Pause) -> bool {
+        let spent = self.waited >= self.budget || self.give_up.is_some_and(|g| Instant::now() >= g);
+        let Some(place) = self.place.as_mut() else {
+            return false;
+        };
+        let far = p.queue.is_some_and(|q| q.rank >= 2);
+        let woken = place.inner.wake.is_some() && place.inner.line.is_up(place.line.gate);
+        if !far || !woken || spent || place.renewals + 1 >= LOOK_EVERY {
+            place.renewals = 0;
+            return false;
+        }
+        let node = &place.inner.nodes[place.line.gate];
+        let timeout = place.inner.release_timeout();
+        let member = place.member.name();
+        match node
+            .renew_place(&place.line.line_key, member, timeout)
+            .await
+        {
+            Ok(true) => {
+                place.renewals += 1;
+                true
+            }
+            _ => {
+                place.renewals = 0;
+                false
+            }
+        }
+    }
+
     /// Step 3: wait for the timer or a wake-up from the gate; an error when the time to wait
     /// ran out meanwhile.
-    async fn wait(&mut self, p: Pause) -> Result<()> {
+    async fn wait(&mut self, mut p: Pause) -> Result<()> {
+        while let Some(mut again) = self.wait_once(p).await? {
+            // Renewed without looking: the same place, a new timer.
+            let now = Instant::now();
+            (again.planned, again.until) = self.plan(RENEW, again.pause, now);
+            again.started = now;
+            p = again;
+        }
+        Ok(())
+    }
+
+    /// One wait of [`wait`](Self::wait): the pause back when its timer fired and the place was
+    /// renewed without looking (wait again).
+    async fn wait_once(&mut self, p: Pause) -> Result<Option<Pause>> {
         let sleep = async {
             match p.until {
                 Some(t) => tokio::time::sleep_until(t).await,
@@ -367,6 +431,9 @@ impl<'a> Acquiring<'a> {
             }
             () = sleep => {
                 self.waited += p.planned;
+                if self.renewed_only(&p).await {
+                    return Ok(Some(p));
+                }
                 // A timer in line: ask the gate first (it also renews the place); the head
                 // asks every node at once, so a key left on the gate alone (a stale clean-up's,
                 // a node back from its append-only file) does not hold it back until that key
@@ -379,7 +446,7 @@ impl<'a> Acquiring<'a> {
                 }
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     /// The error to return, the last attempt refused with `failure`.
@@ -422,6 +489,8 @@ struct Place {
     gated: Arc<std::sync::atomic::AtomicBool>,
     /// Offers for a hand-over inside the process, and a grant handed over.
     handoff: Arc<Handoff<Grant>>,
+    /// Renewals of the place without a look since the last look (see `renewed_only`).
+    renewals: u32,
 }
 
 impl Place {
@@ -435,6 +504,7 @@ impl Place {
             granted: false,
             gated: Default::default(),
             handoff: Default::default(),
+            renewals: 0,
         }
     }
 

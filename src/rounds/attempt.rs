@@ -508,6 +508,7 @@ impl Inner {
             wake: std::sync::atomic::AtomicBool::new(false),
             local: self.line.clone(),
             at_gate: std::sync::atomic::AtomicBool::new(false),
+            rank: turn.in_line || self.wake.is_none(),
         }
     }
 
