@@ -196,9 +196,10 @@ fn show(name: &str, v: &[f64]) {
 }
 
 /// Commands the nodes served so far: `(client, all)`. `all` counts the commands scripts run
-/// too (INFO commandstats counts both); `client` leaves out the commands fredlock only sends
-/// from inside its scripts in an election, so it is what clients sent: EVAL/EVALSHA,
-/// SUBSCRIBE, PING and the like. `INFO` and `CONFIG` (ours) are left out of both.
+/// too (INFO commandstats counts both): the figure the targets speak of. `client` leaves out
+/// the commands fredlock sends from inside its scripts in an election (EVAL/EVALSHA,
+/// SUBSCRIBE, PING and the like), and so also a waiter's plain `SET` renewing its place.
+/// `INFO` and `CONFIG` (ours) are left out of both.
 async fn commands(nodes: &LocalNodes) -> (u64, u64) {
     const INNER: [&str; 19] = [
         "get", "set", "del", "exists", "hget", "hmget", "hset", "hdel", "pttl", "pexpire",
@@ -354,9 +355,9 @@ async fn idle(fleet: &mut Fleet, nodes: &LocalNodes, observers: usize, window: D
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (per_s, all_s) = idle_window(nodes, window).await;
     println!(
-        "idle: {per_s:.1} client commands/s on the nodes in all ({all_s:.1} with the commands scripts run; {observers} observers + 1 leader with TTL 10 s, {}s window), {:.2} per observer",
+        "idle: {all_s:.1} commands/s on the nodes in all (the commands scripts run counted; {per_s:.1} calls of scripts, SUBSCRIBE and the like; {observers} observers + 1 leader with TTL 10 s, {}s window), {:.2} per observer",
         window.as_secs(),
-        per_s / observers as f64
+        all_s / observers as f64
     );
     // The same with as many candidates waiting in the election's line behind the leader.
     let waiting: Vec<usize> = (0..observers)
@@ -371,10 +372,10 @@ async fn idle(fleet: &mut Fleet, nodes: &LocalNodes, observers: usize, window: D
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (per_s, all_s) = idle_window(nodes, window).await;
     println!(
-        "idle with {} candidates waiting too: {per_s:.1} client commands/s on the nodes in all ({all_s:.1} with the commands scripts run; {}s window), {:.2} per participant",
+        "idle with {} candidates waiting too: {all_s:.1} commands/s on the nodes in all (the commands scripts run counted; {per_s:.1} calls of scripts, SUBSCRIBE and the like, leaving out the waiters' one-command renewals; {}s window), {:.2} per participant",
         waiting.len(),
         window.as_secs(),
-        per_s / (observers + waiting.len()) as f64
+        all_s / (observers + waiting.len()) as f64
     );
     for id in waiting {
         fleet.kill(id).await;

@@ -145,18 +145,24 @@ pub async fn run(
         Work::Election => None,
         _ => Some(Contender::build(work, client, urls, key, index).await),
     };
+    // A candidate campaigns before the window (the fleet's start-up, 64 observers subscribing
+    // and reading at once, is not a term's cost): the window sees the fleet in its steady state.
     let elector = match work {
-        Work::Election => Some(warm_elector(urls, client, key, index).await),
+        Work::Election => {
+            let redlock = warm_elector(urls, client, key, index).await;
+            let election = redlock.elect(key, TTL).expect("elect");
+            Some((redlock, election))
+        }
         _ => None,
     };
     println!("READY");
     let w = window().await;
     tokio::time::sleep_until(w.start).await;
     let cpu0 = process_cpu();
-    let mut result = match (&contender, &elector) {
+    let mut result = match (&contender, elector) {
         (Some(c), _) => contend(c, key, w.end).await,
-        (_, Some(r)) if client == Client::StepDown => rotate(r, key, w.end).await,
-        (_, Some(r)) => campaign(r, key, w.end).await,
+        (_, Some((_, e))) if client == Client::StepDown => rotate(e, w.end).await,
+        (_, Some((r, e))) => campaign(&r, e, key, w.end).await,
         _ => unreachable!("a contender or an elector"),
     };
     result.cpu_ms = process_cpu()
@@ -187,9 +193,8 @@ async fn warm_elector(urls: &[String], client: Client, key: &str, index: usize) 
 
 /// One campaign until `end`: each term held [`TERM`], then ended with `step_down` (the
 /// campaign goes on, at the back of the line).
-async fn rotate(redlock: &Redlock, key: &str, end: tokio::time::Instant) -> ChildResult {
+async fn rotate(election: fredlock::Election, end: tokio::time::Instant) -> ChildResult {
     let mut result = ChildResult::default();
-    let election = redlock.elect(key, TTL).expect("elect");
     while tokio::time::Instant::now() < end {
         let Ok(_term) = tokio::time::timeout_at(end, election.leader()).await else {
             break;
@@ -205,11 +210,21 @@ async fn rotate(redlock: &Redlock, key: &str, end: tokio::time::Instant) -> Chil
     result
 }
 
-/// Campaigns until `end`: each term held [`TERM`], then resigned, then a new campaign.
-async fn campaign(redlock: &Redlock, key: &str, end: tokio::time::Instant) -> ChildResult {
+/// Campaigns until `end` (`first`: the campaign begun before the window): each term held
+/// [`TERM`], then resigned, then a new campaign.
+async fn campaign(
+    redlock: &Redlock,
+    first: fredlock::Election,
+    key: &str,
+    end: tokio::time::Instant,
+) -> ChildResult {
     let mut result = ChildResult::default();
+    let mut first = Some(first);
     while tokio::time::Instant::now() < end {
-        let election = redlock.elect(key, TTL).expect("elect");
+        let election = match first.take() {
+            Some(e) => e,
+            None => redlock.elect(key, TTL).expect("elect"),
+        };
         let Ok(_term) = tokio::time::timeout_at(end, election.leader()).await else {
             election.resign().await;
             break;
