@@ -451,3 +451,76 @@ async fn a_resign_tells_observers_in_its_release_script() {
     }
     observer.close().await;
 }
+
+/// A raw subscriber on node `i`: `SUBSCRIBE channel`, its confirmation read.
+async fn listen(nodes: &LocalNodes, i: usize, channel: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut conn = tokio::net::TcpStream::connect(nodes.addr(i)).await.unwrap();
+    let subscribe = fredlock_testkit::RespValue::encode_command(&["SUBSCRIBE", channel]);
+    conn.write_all(&subscribe).await.unwrap();
+    assert_eq!(messages(&mut conn, Duration::from_secs(5), 1).await, 1);
+    conn
+}
+
+/// The RESP frames (a subscription's confirmation, then messages) read from `conn` within
+/// `within`, stopping at `want`.
+async fn messages(conn: &mut tokio::net::TcpStream, within: Duration, want: usize) -> usize {
+    use tokio::io::AsyncReadExt;
+    let (mut buf, mut n) = (Vec::new(), 0);
+    let deadline = Instant::now() + within;
+    while n < want {
+        let mut chunk = [0u8; 4096];
+        match tokio::time::timeout_at(deadline, conn.read(&mut chunk)).await {
+            Ok(Ok(read)) if read > 0 => buf.extend_from_slice(&chunk[..read]),
+            _ => break,
+        }
+        while let Some((_, used)) = fredlock_testkit::RespValue::parse(&buf).unwrap() {
+            buf.drain(..used);
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Candidates listen on the campaigns' channel, which a change of leader among candidates of
+/// one priority leaves silent (observers hear it on the record's channel), and which hears a
+/// request to yield and a claim of another priority. So 64 waiting candidates are not woken 3
+/// times per change of leader. Fails when every claim or resign is told there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_of_leader_among_equals_wakes_no_candidate() {
+    let (nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
+    let other = common::build(nodes.urls(), |b| b.retry(RETRY)).await;
+    let resource = common::unique("equals");
+    let record = redlock.election_key(&resource);
+    let a = redlock.elect(resource.as_str(), LONG_TTL).expect("elect");
+    a.leader().await;
+    let b = other.elect(resource.as_str(), LONG_TTL).expect("elect");
+    assert!(common::lines::line_has(&nodes, &other, &resource, 1).await);
+    let mut told = listen(&nodes, 0, &record).await;
+    let mut campaigns = listen(&nodes, 0, &format!("{record}|prio")).await;
+    a.resign().await;
+    b.leader().await;
+    // The resign and the claim, on the record's channel; nothing on the campaigns'.
+    assert_eq!(messages(&mut told, Duration::from_secs(5), 2).await, 2);
+    assert_eq!(
+        messages(&mut campaigns, Duration::from_millis(500), 1).await,
+        0,
+        "a change of leader among equals was told to the campaigns"
+    );
+    // A preferred candidate asks the leader to yield, and then claims with its priority: both
+    // told to the campaigns.
+    let c = redlock
+        .elect_with_options(
+            resource.as_str(),
+            LONG_TTL,
+            ElectOptions::default().priority(2),
+        )
+        .expect("elect");
+    tokio::time::timeout(Duration::from_secs(5), c.leader())
+        .await
+        .expect("the preferred candidate leads");
+    assert_eq!(messages(&mut campaigns, Duration::from_secs(5), 2).await, 2);
+    for e in [b, c] {
+        e.resign().await;
+    }
+}

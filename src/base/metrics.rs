@@ -18,7 +18,7 @@
 //! | `fredlock_election_leader` | gauge | `election` | 1 while this process leads the election, else 0 |
 //! | `fredlock_election_terms_total` | counter | `election` | terms this process began (became leader) |
 //! | `fredlock_election_term_ends_total` | counter | `election`, `reason` | terms of this process that ended: `resigned`, `stepped_down` (`Election::step_down`), `yielded` (to a preferred candidate), `lost` |
-//! | `fredlock_election_handover_seconds` | histogram | `election` | from the moment this process saw no leader to its own term beginning |
+//! | `fredlock_election_handover_seconds` | histogram | `election` | from the start of the attempt that won this process its term (for a candidate woken in line, its wake-up: the leader's release) to the term beginning |
 //!
 //! Owns: the names and labels. Must not: decide anything (it only observes).
 

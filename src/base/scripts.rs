@@ -666,8 +666,10 @@ return out
 /// - `view(lock, record, yield)`: this node's view of the election, `{live, term, value,
 ///   priority, version, pttl, label, yield, yield_pttl}` (see [`ELECT_VIEW`]); `view_of` builds
 ///   it from the lock's value and the record's fields when the script has them already;
-/// - `announce(record, v)`: publishes the view `v` on the record's name (returns the number of
-///   receivers), so that observers
+/// - `announce(record, v, channel)`: publishes the view `v` on the record's name, or on
+///   `channel` when given (the campaigns' channel `<record>|prio`, which hears only what
+///   changes a campaign: a request to yield, a claim of another priority than the last term's);
+///   returns the number of receivers; so that observers
 ///   follow the change without reading: `view1:<live>:<term>:<priority>:<version>:<pttl>:
 ///   <yield_pttl>:<bytes of value>:<bytes of label>:` then the value, the label and the yield
 ///   request, back to back (the value may hold any character).
@@ -698,10 +700,10 @@ local function view(lock_key, record, yield_key)
   local r = redis.call('HMGET', record, 'v', 't', 'val', 'p', 's')
   return view_of(lock, r, lock_key, yield_key)
 end
-local function announce(record, v)
+local function announce(record, v, channel)
   local head = string.format('view1:%d:%d:%d:%d:%d:%d:%d:%d:', v[1], v[2], v[4], v[5], v[6],
     v[9], #v[3], #v[7])
-  return redis.call('PUBLISH', record, head .. v[3] .. v[7] .. v[8])
+  return redis.call('PUBLISH', channel or record, head .. v[3] .. v[7] .. v[8])
 end
 "#
     };
@@ -717,7 +719,8 @@ end
 /// ARGV[1]: the lock value, ARGV[2]: the term, ARGV[3]: the value, ARGV[4]: the priority,
 /// ARGV[5]: the version. A version not newer than the stored one of the same term is
 /// acknowledged without a write (a late or repeated proclaim never undoes a newer one).
-/// Reply: 1 written (and this node's view announced, see `elect_lib`); 0 the lock key does not
+/// Reply: 1 written (and this node's view announced, see `elect_lib`; on the campaigns'
+/// channel too when the priority is not the last term's); 0 the lock key does not
 /// hold our value (nothing written); -1 the record names a later term, or this term with
 /// another lock value (nothing written: a late claim never overwrites a newer term).
 const ELECT_CLAIM: &str = concat!(
@@ -730,7 +733,8 @@ if KEYS[4] then
 end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local term = tonumber(ARGV[2])
-local t = tonumber(redis.call('HGET', KEYS[2], 't') or '0') or 0
+local last = redis.call('HMGET', KEYS[2], 't', 'p')
+local t = tonumber(last[1] or '0') or 0
 if t > term then return -1 end
 if t == term then
   if redis.call('HGET', KEYS[2], 'v') ~= ARGV[1] then return -1 end
@@ -739,7 +743,10 @@ if t == term then
 end
 redis.call('HSET', KEYS[2], 'v', ARGV[1], 't', ARGV[2], 'val', ARGV[3], 'p', ARGV[4], 's', ARGV[5])
 -- The view without reading again what was just checked and written.
-announce(KEYS[2], view_of(ARGV[1], {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]}, KEYS[1], KEYS[3]))
+local v = view_of(ARGV[1], {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]}, KEYS[1], KEYS[3])
+announce(KEYS[2], v)
+-- Campaigns hear a claim only when the leader's priority changes (or there was no record).
+if tonumber(last[2] or '-1') ~= tonumber(ARGV[4]) then announce(KEYS[2], v, KEYS[2] .. '|prio') end
 return 1
 "#
 );
@@ -760,7 +767,7 @@ return view(KEYS[1], KEYS[2], KEYS[3])
 /// A preferred candidate asks the leader of a term to yield.
 /// KEYS[1]: the lock key, KEYS[2]: the record, KEYS[3]: the yield request. ARGV[1]: the term,
 /// ARGV[2]: the candidate's priority, ARGV[3]: how long the request stands, in ms.
-/// Reply: 1 requested (and this node's view announced); 0 not needed (another term, a leader
+/// Reply: 1 requested (and this node's view announced, on the campaigns' channel too); 0 not needed (another term, a leader
 /// of equal or higher priority, or an equal or stronger request already pending).
 const ELECT_YIELD: &str = concat!(
     elect_lib!(),
@@ -775,7 +782,9 @@ if y then
   if yp >= prio then return 0 end
 end
 redis.call('SET', KEYS[3], ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[3])
-announce(KEYS[2], view(KEYS[1], KEYS[2], KEYS[3]))
+local v = view(KEYS[1], KEYS[2], KEYS[3])
+announce(KEYS[2], v)
+announce(KEYS[2], v, KEYS[2] .. '|prio')
 return 1
 "#
 );

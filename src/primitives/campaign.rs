@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::base::error::{Error, Names, Result};
 use crate::hold::keepalive::KeepAliveOptions;
-use crate::primitives::leader::{ElectionState, Record, Written};
+use crate::primitives::leader::{tally, ElectionState, Record, Written};
 use crate::primitives::observe::Observer;
 use crate::rounds::lock::AcquireOptions;
 use crate::rounds::redlock::Redlock;
@@ -402,6 +402,18 @@ impl Campaign {
             }
         };
         if ask {
+            // The campaign's observer hears no change of term among candidates of one priority
+            // (see `Redlock::observe_as`): ask for the term a read finds, if any still leads.
+            let term = match s.redlock.election_views(&s.resource).await {
+                Ok(views) => {
+                    let now = tally(&views, s.redlock.inner.quorum);
+                    match now.leader {
+                        Some(l) if now.priority < s.priority => l.term,
+                        _ => return,
+                    }
+                }
+                Err(_) => term,
+            };
             let pause = retry.delay.saturating_add(retry.jitter);
             let standing = YIELD_STANDING
                 .saturating_add(pause.saturating_mul(2))
@@ -427,13 +439,10 @@ impl Campaign {
         let s = &self.shared;
         let since = lock.acquired_at();
         let lock_value = lock.value().to_string();
-        // Vacant since the observer saw no leader, or (its reads skipped, see
-        // `Redlock::observe_as`) since the last leader's validity ran out.
-        let vacant = state.as_ref().and_then(|st| {
-            let st = st.borrow();
-            let expired = st.leader.as_ref().map(|l| l.valid_until);
-            st.vacant_since.or(expired.filter(|&t| t <= Instant::now()))
-        });
+        // Vacant, as far as this process knows, since the attempt that won began: the
+        // campaign's observer hears no resign nor expiry of a leader of its own priority (see
+        // `Redlock::observe_as`), and a candidate woken in line attempts at once.
+        let vacant = Some(since);
         let guard = match lock.keep_alive_with(self.keep_alive.clone()) {
             Ok(g) => g,
             // Validated in elect_with_options; the lock is released as it drops.

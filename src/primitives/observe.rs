@@ -119,11 +119,15 @@ impl Redlock {
         self.observe_as(resource, None).await
     }
 
-    /// [`observe`](Self::observe) for a campaign of `priority` (`Some`): it skips the reads at
-    /// the leader's expected expiry while the leader has that same priority and nobody asks to
-    /// yield. The campaign only uses the leader's priority and the requests to yield, and a
-    /// stale view of a leader of its own priority changes neither (the line's head notices an
-    /// expired holder by itself).
+    /// [`observe`](Self::observe) for a campaign of `priority` (`Some`): it listens on the
+    /// campaigns' channel, which hears only requests to yield and claims of a priority other
+    /// than the last term's (not every claim, extension and resign: 64 waiting candidates
+    /// are not woken 3 times per change of leader), and it skips the reads at the leader's
+    /// expected expiry while the leader has that same priority and nobody asks to yield. The
+    /// campaign only uses the leader's priority and the requests to yield, and a stale view of
+    /// a leader of its own priority changes neither (the line's head notices an expired holder
+    /// by itself); a candidate of higher priority reads the current term before it asks the
+    /// leader to yield.
     pub(crate) async fn observe_as(
         &self,
         resource: &str,
@@ -134,7 +138,12 @@ impl Redlock {
         let (state_tx, state_rx) = watch::channel(ElectionState::default());
         let (closed_tx, _) = watch::channel(false);
         let wake = Arc::new(Wake::default());
-        let channel = self.election_key(resource);
+        // A campaign hears only what changes it (see `scripts::elect_lib`): a change of leader
+        // among candidates of one priority wakes none of them.
+        let channel = match campaign {
+            None => self.election_key(resource),
+            Some(_) => format!("{}|prio", self.election_key(resource)),
+        };
         let (subscribed_tx, mut subscribed_rx) = watch::channel(0usize);
         let subscribed_tx = Arc::new(subscribed_tx);
         let mut subscribers = Vec::new();
