@@ -141,7 +141,11 @@ impl LocalSentinel {
             });
             group.launch_sentinel(i).await?;
         }
-        group.wait_settled(0, None).await?;
+        if let Some(other) = group.wait_settled(0, None).await? {
+            return Err(io::Error::other(format!(
+                "the sentinels promoted data node {other} before the group started"
+            )));
+        }
         // And streaming still, now that the sentinels watch: the group is ready for `WAIT`.
         group.wait_synced(0, replicas).await?;
         Ok(group)
@@ -288,8 +292,11 @@ impl LocalSentinel {
                     && seen.iter().all(|s| *s == Some(new))
                     && self.role(new).await.as_deref() == Some("master")
                 {
-                    self.wait_settled(new, Some(old)).await?;
-                    return Ok(new);
+                    // A failover that did not finish in time (the sentinels' failover timeout,
+                    // on a loaded machine) is retried with another replica: follow it.
+                    if self.wait_settled(new, Some(old)).await?.is_none() {
+                        return Ok(new);
+                    }
                 }
             }
             if Instant::now() >= deadline {
@@ -336,7 +343,9 @@ impl LocalSentinel {
     /// Until every sentinel names data node `primary`, sees as many other sentinels as there
     /// are, and has read the group's running replicas (but `skip`, the old primary after a
     /// failover, frozen, dead or being turned into a replica) lately with their links up.
-    async fn wait_settled(&self, primary: usize, skip: Option<usize>) -> io::Result<()> {
+    /// `Some(other)`: every sentinel names `other` instead (not `skip`), and it says it is a
+    /// primary: the sentinels failed over again meanwhile.
+    async fn wait_settled(&self, primary: usize, skip: Option<usize>) -> io::Result<Option<usize>> {
         let deadline = Instant::now() + SETTLE_TIMEOUT;
         let replicas = (0..self.data.len())
             .filter(|&i| i != primary && Some(i) != skip && self.data.is_running(i))
@@ -350,8 +359,11 @@ impl LocalSentinel {
                 }
             }
             let Some(problem) = problem else {
-                return Ok(());
+                return Ok(None);
             };
+            if let Some(other) = self.moved_from(primary, skip).await {
+                return Ok(Some(other));
+            }
             if Instant::now() >= deadline {
                 return Err(timed_out(format!(
                     "the group did not settle within {SETTLE_TIMEOUT:?}: {problem}"
@@ -359,6 +371,21 @@ impl LocalSentinel {
             }
             tokio::time::sleep(POLL_PAUSE).await;
         }
+    }
+
+    /// The primary every sentinel names, when it is neither `primary` nor `skip` and says it is
+    /// a primary.
+    async fn moved_from(&self, primary: usize, skip: Option<usize>) -> Option<usize> {
+        let mut named = None;
+        for s in &self.sentinels {
+            let seen = self.primary_as_seen_by(s.port).await.ok()?;
+            if named.is_some_and(|n| n != seen) {
+                return None;
+            }
+            named = Some(seen);
+        }
+        let other = named.filter(|&n| n != primary && Some(n) != skip)?;
+        (self.role(other).await.as_deref() == Some("master")).then_some(other)
     }
 
     async fn sentinel_settled(&self, port: u16, primary: usize, replicas: usize) -> io::Result<()> {
