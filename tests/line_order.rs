@@ -246,9 +246,10 @@ async fn only_a_waiter_with_no_one_ahead_renews_the_line() {
             other => panic!("PTTL: {other:?}"),
         }
     };
-    // Joined, and renewed at least once (a renewal a second): the minute set above stands.
+    // Joined, and renewed twice (a renewal a second, each asking its place: `ZRANK`): the
+    // minute set above stands.
     let renewed = eventually(Duration::from_secs(5), || async {
-        command_calls(&nodes, gate, "zadd").await >= 3
+        command_calls(&nodes, gate, "zrank").await >= 2
     });
     assert!(renewed.await, "the waiter renewed its place");
     assert!(
@@ -326,4 +327,160 @@ async fn a_waiter_far_behind_the_head_renews_its_place_with_one_command() {
         .unwrap();
     lock.release().await.unwrap();
     waiter.close().await;
+}
+
+/// The gate reads only what a waiter's attempt needs: a newcomer joins behind a live head by
+/// reading the line's tail alone (no look at the head's lease: `EXISTS`), and the head, woken
+/// by the holder's release, is taken out of the line and granted in one pop (`ZPOPMIN`) and
+/// the `SET`. Fails on the scripts that looked at the head for every attempt.
+#[tokio::test]
+async fn the_gate_reads_only_what_a_waiter_needs() {
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let holder = build(nodes.urls(), |b| b).await;
+    // Slow polling: until its wake-ups are up, the waiter looks at most every 2 s.
+    let waiter = build(nodes.urls(), |b| b.retry(retry(u32::MAX, 2000, 0))).await;
+    let r = unique("reads");
+    let line = line_key(&waiter, &r);
+    let gate = waiter.line_node(&r).unwrap();
+    let lock = holder.acquire(r.as_str(), TTL).await.unwrap();
+    let head = head_of_another_process(&nodes, &waiter, &r).await;
+    // The line's flag, which that head's join set: a release reads it to wake the head.
+    let flag = format!("{line}!");
+    nodes
+        .command(gate, &["SET", &flag, "1", "PX", "60000"])
+        .await
+        .unwrap();
+    let before = calls(&nodes, gate).await;
+    let task = tokio::spawn({
+        let (waiter, r) = (waiter.clone(), r.clone());
+        async move { waiter.acquire(r.as_str(), TTL).await }
+    });
+    assert!(line_has(&nodes, &waiter, &r, 2).await, "the waiter joined");
+    // Each look of a waiter in line (it polls until its wake-ups are up) reads the head's lease
+    // once and asks its place once; the join did neither.
+    let joined = calls(&nodes, gate).await;
+    assert_eq!(
+        joined.exists - before.exists,
+        joined.zrank - before.zrank,
+        "the newcomer looked at the head's lease: {before:?} -> {joined:?}"
+    );
+    // The head of the other process leaves; once the waiter listens, the holder's release
+    // wakes it.
+    nodes.command(gate, &["ZREM", &line, &head]).await.unwrap();
+    let listening = eventually(Duration::from_secs(5), || async {
+        match nodes
+            .command(gate, &["CLIENT", "LIST", "TYPE", "pubsub"])
+            .await
+        {
+            Ok(fredlock_testkit::RespValue::Bulk(Some(text))) => !text.is_empty(),
+            _ => false,
+        }
+    });
+    assert!(listening.await, "the waiter subscribed to its wake-ups");
+    lock.release().await.unwrap();
+    let lock = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the woken waiter took the lock")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        calls(&nodes, gate).await.zpopmin,
+        before.zpopmin + 1,
+        "the woken head did not pop itself out of the line"
+    );
+    assert!(line_has(&nodes, &waiter, &r, 0).await, "the line is empty");
+    lock.release().await.unwrap();
+    holder.close().await;
+    waiter.close().await;
+}
+
+/// A waiter granted by the other nodes before its gate answered (the gate's replies 300 ms
+/// late) leaves the line with one `ZREM`: the gate ran its attempt first, so nobody needs
+/// waking. Fails when it leaves by the line's leave script (which also deletes its lease:
+/// one `DEL` more on the gate).
+#[tokio::test]
+async fn a_waiter_granted_before_its_gate_answered_leaves_with_one_command() {
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let (proxies, waiter) = behind_proxies(&nodes, |b| b.retry(retry(u32::MAX, 2000, 0))).await;
+    let r = unique("granted-first");
+    let key = waiter.key(&r);
+    let gate = waiter.line_node(&r).unwrap();
+    held_elsewhere(&nodes, &key).await;
+    let start = calls(&nodes, gate).await;
+    let task = tokio::spawn({
+        let (waiter, r) = (waiter.clone(), r.clone());
+        async move { waiter.acquire(r.as_str(), TTL).await }
+    });
+    assert!(line_has(&nodes, &waiter, &r, 1).await, "the waiter joined");
+    // Its wake-ups came up, and it looked at the gate twice more (the head's join and each of
+    // its looks read the key's PTTL): the look, gate first, that a subscription coming up
+    // brings (one or two), then its timer's, every node at once.
+    let looked = eventually(Duration::from_secs(5), || async {
+        calls(&nodes, gate).await.pttl >= start.pttl + 3
+    });
+    assert!(looked.await, "the waiter never looked again");
+    // The gate answers late; the key is freed everywhere (no release: no wake-up), and the
+    // head's next look (within a second) asks every node.
+    proxies[gate].set(Fault::Latency(Duration::from_millis(300)));
+    let before = calls(&nodes, gate).await;
+    for i in 0..3 {
+        nodes.command(i, &["DEL", &key]).await.unwrap();
+    }
+    let lock = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the head took the freed lock")
+        .unwrap()
+        .unwrap();
+    // Out of the line: the gate's grant, then the leave.
+    let left = eventually(Duration::from_secs(5), || async {
+        calls(&nodes, gate).await.zrem >= before.zrem + 2
+    });
+    assert!(
+        left.await,
+        "the waiter did not leave the line: {before:?} -> {:?}",
+        calls(&nodes, gate).await
+    );
+    let after = calls(&nodes, gate).await;
+    assert_eq!(
+        after.del - before.del,
+        1,
+        "the waiter left by the leave script (only the test's own DEL expected): {before:?} -> {after:?}"
+    );
+    proxies[gate].set(Fault::Pass);
+    lock.release().await.unwrap();
+    waiter.close().await;
+}
+
+/// Calls of the commands this file's tests count, from one `INFO`.
+#[derive(Debug)]
+struct Calls {
+    exists: u64,
+    zrank: u64,
+    zpopmin: u64,
+    zrem: u64,
+    del: u64,
+    pttl: u64,
+}
+
+async fn calls(nodes: &LocalNodes, i: usize) -> Calls {
+    let info = nodes.command(i, &["INFO", "commandstats"]).await.unwrap();
+    let fredlock_testkit::RespValue::Bulk(Some(text)) = info else {
+        panic!("INFO commandstats: {info:?}");
+    };
+    let text = String::from_utf8_lossy(&text);
+    let count = |command: &str| {
+        let prefix = format!("cmdstat_{command}:calls=");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().expect("a count"))
+    };
+    Calls {
+        exists: count("exists"),
+        zrank: count("zrank"),
+        zpopmin: count("zpopmin"),
+        zrem: count("zrem"),
+        del: count("del"),
+        pttl: count("pttl"),
+    }
 }

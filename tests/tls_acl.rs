@@ -44,6 +44,7 @@ const RULE: &[&str] = &[
     "+zrange",
     "+zrem",
     "+zrank",
+    "+zpopmin",
     "+sadd",
     "+srem",
     "+smembers",
@@ -118,6 +119,68 @@ fn an_acl_user_limited_to_the_prefix_can_do_everything() {
         exercise(&redlock).await;
         redlock.close().await;
         nothing_refused(&nodes).await;
+    });
+}
+
+/// A user whose rule predates `ZPOPMIN` (the documented rule before 2026-11-29): the head that a
+/// release wakes still gets its gate's vote (the gate looks at the line instead of popping it),
+/// so the lock holds the gate's key too. Fails when the pop's refusal fails the gate's script.
+#[test]
+fn a_rule_without_zpopmin_still_gives_the_woken_head_its_gate() {
+    runtime().block_on(async {
+        let nodes = LocalNodes::start(3).await.expect("nodes");
+        let rule: Vec<&str> = documented(&nodes)
+            .into_iter()
+            .filter(|c| *c != "+zpopmin")
+            .collect();
+        add_user(&nodes, "older", &rule).await;
+        let build = || async {
+            Redlock::builder()
+                .nodes(user_urls(&nodes, "older"))
+                .retry(Retry {
+                    attempts: u32::MAX,
+                    delay: Duration::from_secs(2),
+                    jitter: Duration::ZERO,
+                })
+                .build()
+                .await
+                .expect("build as the ACL user")
+        };
+        let (holder, waiter) = (build().await, build().await);
+        let r = "acl:woken";
+        let gate = waiter.line_node(r).expect("a gate");
+        let held = holder.acquire(r, TTL).await.expect("acquire");
+        let task = tokio::spawn({
+            let waiter = waiter.clone();
+            async move { waiter.acquire(r, TTL).await }
+        });
+        // In line, and listening for its wake-up on the gate.
+        let listening = common::eventually(Duration::from_secs(5), || async {
+            match nodes
+                .command(gate, &["CLIENT", "LIST", "TYPE", "pubsub"])
+                .await
+            {
+                Ok(fredlock_testkit::RespValue::Bulk(Some(text))) => !text.is_empty(),
+                _ => false,
+            }
+        });
+        assert!(listening.await, "the waiter never subscribed");
+        held.release().await.expect("release");
+        let lock = tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("the woken head took the lock")
+            .expect("waiter task")
+            .expect("acquire");
+        let key = waiter.key(r);
+        let on_gate = nodes.command(gate, &["GET", &key]).await.expect("GET");
+        assert_eq!(
+            on_gate,
+            fredlock_testkit::RespValue::Bulk(Some(lock.value().as_bytes().to_vec())),
+            "the gate did not grant the woken head"
+        );
+        lock.release().await.expect("release");
+        holder.close().await;
+        waiter.close().await;
     });
 }
 

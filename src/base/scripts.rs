@@ -219,8 +219,10 @@ return 1
 ///   later); `first`, when given, is the first entry as already read;
 /// - `wake(member, prefix, why)`: `PUBLISH prefix<instance> <seq>|<why>`, the member's
 ///   process's own channel (one per `Redlock`, whatever the number of keys);
-/// - `join(line, member, lease, front, lead)`: into the line unless already in it (at the
+/// - `join(line, member, lease, front, lead, edge)`: into the line unless already in it (at the
 ///   back, or at the front for a waiter whose granted turn failed elsewhere); renew the lease.
+///   `edge`, when given, is the line's edge entry as already read (`ZRANGE .. WITHSCORES`), or
+///   `true` for a member known to be in the line (nothing is added, the lease is renewed).
 ///   The line and its flag live 4 leases from the last look of a waiter with no live member
 ///   ahead of it (`lead`: the head, which looks at least once a lease while its lease lives;
 ///   once it is gone, the next look finds no one ahead), from a put-back at the front, and from
@@ -245,15 +247,17 @@ local function wake(h, prefix, why)
   local inst, seq = string.match(h, '^([^:]+):(.+)$')
   if inst then redis.call('PUBLISH', prefix .. inst, seq .. '|' .. why) end
 end
-local function join(line, me, lease, front, lead)
-  local at, step = -1, 1
-  if front then at, step = 0, -1 end
-  local edge = redis.call('ZRANGE', line, at, at, 'WITHSCORES')
-  local s = 0
-  if edge[2] then s = tonumber(edge[2]) + step end
-  redis.call('ZADD', line, 'NX', s, me)
+local function join(line, me, lease, front, lead, edge)
+  if edge ~= true then
+    local at, step = -1, 1
+    if front then at, step = 0, -1 end
+    if edge == nil then edge = redis.call('ZRANGE', line, at, at, 'WITHSCORES') end
+    local s = 0
+    if edge[2] then s = tonumber(edge[2]) + step else lead = true end
+    redis.call('ZADD', line, 'NX', s, me)
+  end
   -- The line lives while its head looks, and its flag (read by GATE_FREE) with it.
-  if lead or front or not edge[2] then
+  if lead or front then
     redis.call('PEXPIRE', line, 4 * tonumber(lease))
     redis.call('SET', line .. '!', '1', 'PX', 4 * tonumber(lease))
   end
@@ -268,9 +272,11 @@ end
 /// waiters behind it. A refused waiter joins the line (or renews its lease there).
 /// KEYS[1]: the lock key, KEYS[2]: its line, KEYS[3] (with fencing): its counter.
 /// ARGV[1]: value, ARGV[2]: TTL in ms, ARGV[3]: the waiter's member ('' = does not wait),
-/// ARGV[4]: the lease in ms, ARGV[5]: `rank` to be told the exact place behind the head (one
-/// more command: a waiter far behind renews its place without looking, one that polls paces
-/// itself by it).
+/// ARGV[4]: the lease in ms, ARGV[5]: `rank` to be told the exact place behind the head (a
+/// waiter far behind renews its place without looking, one that polls paces itself by it),
+/// ARGV[6]: what the caller knows of its place: `turn` (woken as the head: its first entry is
+/// popped, and put back unless the key is set), `new` (not in the line: only its tail is read,
+/// a head whose lease is gone is left to the waiters' looks), or '' (look at the head).
 /// Reply: `{1, counter}` set (counter 0 without fencing, -1 when not a number), `{1, counter,
 /// 1}` set for the head of a line (others may still wait); `{0, rank,
 /// pttl}` refused: the waiter's place in the line (0 = head, 1.. = behind it: 1 unless asked
@@ -279,25 +285,64 @@ end
 const GATE_ACQUIRE: &str = concat!(
     line_lib!(),
     r#"
-local key, line, me = KEYS[1], KEYS[2], ARGV[3]
-local h = redis.call('ZRANGE', line, 0, 0)[1]
-if h and h ~= me then h = live_head(line, h) end
-if h == nil or h == me then
-  if redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2]) then
-    -- Out of the line (its lease key expires on its own).
-    local c = 0
-    if KEYS[3] then c = tonumber(redis.call('GET', KEYS[3]) or '0') or -1 end
-    if h then
-      redis.call('ZREM', line, me)
-      return {1, c, 1}
+local key, line, me, how = KEYS[1], KEYS[2], ARGV[3], ARGV[6]
+local function take(lined)
+  if not redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2]) then return nil end
+  local c = 0
+  if KEYS[3] then c = tonumber(redis.call('GET', KEYS[3]) or '0') or -1 end
+  if lined then return {1, c, 1} end
+  return {1, c}
+end
+local h, edge, known = nil, nil, false
+if me ~= '' and how == 'turn' then
+  -- Woken as the head: out of the line and granted in two commands. (A user whose ACL
+  -- predates this script, without +zpopmin, looks at the head below.)
+  local first = redis.pcall('ZPOPMIN', line)
+  if first.err then first = {} end
+  if first[1] == me then
+    local g = take(true)
+    if g then return g end
+    h, known = me, true
+  end
+  -- Back at its place (anyone else, or the head refused by a key still held).
+  if first[1] then redis.call('ZADD', line, first[2], first[1]) end
+elseif me ~= '' and how == 'new' then
+  -- Not in the line yet: its tail says whether anyone is ahead (a head whose lease is gone
+  -- is left to the waiters' looks).
+  local tail = redis.call('ZRANGE', line, -1, -1, 'WITHSCORES')
+  if tail[1] ~= me then
+    edge, h, known = tail, tail[1], true
+    if h == nil then
+      local g = take(false)
+      if g then return g end
     end
-    return {1, c}
+  end
+end
+if not known then
+  h = redis.call('ZRANGE', line, 0, 0)[1]
+  if h and h ~= me then h = live_head(line, h) end
+  if h == nil or h == me then
+    local g = take(h ~= nil)
+    if g then
+      -- Out of the line (its lease key expires on its own).
+      if h then redis.call('ZREM', line, me) end
+      return g
+    end
   end
 end
 if me == '' then return {0, -1, redis.call('PTTL', key)} end
-join(line, me, ARGV[4], false, h == nil or h == me)
-if h == nil or h == me then return {0, 0, redis.call('PTTL', key)} end
-if ARGV[5] == 'rank' then return {0, redis.call('ZRANK', line, me), -3} end
+if h == nil or h == me then
+  if h == me then edge = true end
+  join(line, me, ARGV[4], false, true, edge)
+  return {0, 0, redis.call('PTTL', key)}
+end
+local rank
+if edge == nil and ARGV[5] == 'rank' then
+  rank = redis.call('ZRANK', line, me)
+  if rank then edge = true end
+end
+join(line, me, ARGV[4], false, false, edge)
+if ARGV[5] == 'rank' then return {0, rank or redis.call('ZRANK', line, me), -3} end
 return {0, 1, -3}
 "#
 );

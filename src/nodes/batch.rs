@@ -193,6 +193,30 @@ pub(crate) struct LineRef {
     /// already in line looking at its timer (far behind, it renews without looking next time:
     /// see the acquire loop), or one that polls (it paces itself by it).
     pub(crate) rank: bool,
+    /// What the attempt knows of its place in the line (see `scripts::GATE_ACQUIRE`).
+    pub(crate) place: Place,
+}
+
+/// What a waiter's attempt knows of its place in its line: the gate reads only what it must.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// Woken by the gate as the head: the gate pops the line's first entry.
+    Turn,
+    /// Not in the line yet: the gate reads the line's tail only.
+    New,
+    /// In the line, or not known: the gate looks at the head.
+    Look,
+}
+
+impl Place {
+    /// The argument `GATE_ACQUIRE` takes for it.
+    pub(crate) fn arg(self) -> &'static str {
+        match self {
+            Place::Turn => "turn",
+            Place::New => "new",
+            Place::Look => "",
+        }
+    }
 }
 
 impl LineRef {
@@ -206,6 +230,7 @@ impl LineRef {
             local: self.local.clone(),
             at_gate: std::sync::atomic::AtomicBool::new(false),
             rank: false,
+            place: Place::Look,
         }
     }
 }

@@ -69,6 +69,7 @@ impl Node {
             Value::from(member),
             Value::Integer(crate::base::line::LEASE.as_millis() as i64),
             Value::from(rank),
+            Value::from(line.place.arg()),
         ];
         let reply = self
             .script_on(&scripts.gate_acquire, &keys, &argv, timeout)
@@ -281,8 +282,6 @@ impl Node {
         passed
     }
 
-    /// Leaves `line` (a waiter that gave up), or with no member pokes it (a broken lock): the
-    /// next head is woken when a key is free. Returns the member woken.
     /// Renews a waiter's place in a line without looking at the line (a waiter far from its
     /// head: see the acquire loop): `SET <line>|<member> 1 PX <lease> XX`, one command.
     /// `Ok(false)`: the place's lease was gone (it expired, or the line with it), and the waiter
@@ -308,6 +307,22 @@ impl Node {
         }
     }
 
+    /// Takes `member` out of `line` with one `ZREM` (see `Inner::forget_place`).
+    pub(crate) async fn forget_place(
+        &self,
+        line: &str,
+        member: &str,
+        timeout: Duration,
+    ) -> Result<(), NodeError> {
+        let args = vec![Value::from(line), Value::from(member)];
+        match self.call("ZREM", 0, args, timeout).await? {
+            Value::Integer(_) => Ok(()),
+            _ => Err(self.unexpected("an integer")),
+        }
+    }
+
+    /// Leaves `line` (a waiter that gave up), or with no member pokes it (a broken lock): the
+    /// next head is woken when a key is free. Returns the member woken.
     pub(crate) async fn leave_line(
         self: Arc<Self>,
         keys: Arc<Vec<String>>,

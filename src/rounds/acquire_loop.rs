@@ -163,6 +163,8 @@ struct Acquiring<'a> {
     attempts: u32,
     /// The next attempt asks the gate first.
     probe: bool,
+    /// The next attempt follows the gate's wake-up of its member, the line's head.
+    woken: bool,
     /// The last attempt carried the member (it may have put us in line).
     joining: bool,
 }
@@ -223,6 +225,7 @@ impl<'a> Acquiring<'a> {
             },
             attempts: 0,
             probe,
+            woken: false,
             joining: false,
         };
         if probe {
@@ -255,10 +258,11 @@ impl<'a> Acquiring<'a> {
             p.handoff.settle().await;
         }
         let (probe, joining) = (self.probe, self.joining);
+        let woken = std::mem::take(&mut self.woken);
         let turn = self
             .place
             .as_mut()
-            .map(|p| p.turn(probe, joining))
+            .map(|p| p.turn(probe, joining, woken))
             .unwrap_or_default();
         let value = attempt(turn).await?;
         if let Some(p) = self.place.as_mut() {
@@ -427,7 +431,8 @@ impl<'a> Acquiring<'a> {
                 self.waited += pauses(p.started.elapsed(), p.pause).min(p.planned);
                 // Woken by the gate: the head of the line, the key free: every node at
                 // once. Woken by a subscriber coming up: look at the gate first.
-                self.probe = !self.place.as_ref().is_some_and(|place| place.member.take_turn());
+                self.woken = self.place.as_ref().is_some_and(|place| place.member.take_turn());
+                self.probe = !self.woken;
             }
             () = sleep => {
                 self.waited += p.planned;
@@ -509,7 +514,7 @@ impl Place {
     }
 
     /// The next attempt's turn; forgets a wake-up that came during the previous attempt.
-    fn turn(&mut self, probe: bool, joining: bool) -> Turn {
+    fn turn(&mut self, probe: bool, joining: bool, woken: bool) -> Turn {
         self.member.clear();
         let in_line = self.joined;
         self.joined_before = in_line;
@@ -521,6 +526,7 @@ impl Place {
             gated: self.gated.clone(),
             handoff: Some(self.handoff.clone()),
             in_line,
+            woken: woken && in_line,
         }
     }
 
@@ -571,7 +577,13 @@ impl Drop for Place {
                 self.inner.line.nudge(&member);
             }
         }
-        if self.joined {
+        if self.joined && self.granted {
+            self.inner.forget_place(
+                self.line.gate,
+                std::mem::take(&mut self.line.line_key),
+                self.member.name().to_string(),
+            );
+        } else if self.joined {
             self.inner.leave_line(
                 self.line.gate,
                 std::mem::take(&mut self.line.keys),

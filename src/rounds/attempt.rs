@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::base::error::{InvalidInput, Vote, Votes};
 use crate::base::line::LEASE;
-use crate::nodes::node::{Acquired, Held, LineRef, Queue};
+use crate::nodes::node::{Acquired, Held, LineRef, Place, Queue};
 use crate::rounds::background::{self, CleanupGuard};
 use crate::rounds::handover::{Handoff, Offer, Ticket};
 use crate::rounds::quorum::{
@@ -40,6 +40,8 @@ pub(crate) struct Turn {
     /// An earlier attempt carried the member: the gate may have the waiter in line, and it
     /// keeps that place (it never queues in the process instead).
     pub(crate) in_line: bool,
+    /// Woken by its gate as the line's head (the attempt after the wake-up).
+    pub(crate) woken: bool,
 }
 
 /// Why one attempt did not produce a lock.
@@ -509,6 +511,11 @@ impl Inner {
             local: self.line.clone(),
             at_gate: std::sync::atomic::AtomicBool::new(false),
             rank: turn.in_line || self.wake.is_none(),
+            place: match (turn.woken, turn.in_line) {
+                (true, _) => Place::Turn,
+                (false, false) => Place::New,
+                (false, true) => Place::Look,
+            },
         }
     }
 
@@ -541,6 +548,27 @@ impl Inner {
             if let Some(Some(woken)) = background::retry_leave(&*inner, until, leave).await {
                 inner.line.woke(&woken);
             }
+        });
+    }
+
+    /// Takes `member` out of line `line_key` on `gate` in the background, with one `ZREM` and
+    /// nothing more: for a waiter granted the lock before its gate answered. The gate ran that
+    /// attempt's script first (same connection), so the member is in line there only if the
+    /// gate refused it; nobody needs waking then (the lock is ours: our release wakes the head).
+    /// Retried like [`leave_line`](Self::leave_line).
+    pub(crate) fn forget_place(self: &Arc<Self>, gate: usize, line_key: String, member: String) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let node = self.nodes[gate].clone();
+        let inner = self.clone();
+        let timeout = self.release_timeout();
+        let until = Instant::now()
+            .checked_add(LEASE)
+            .unwrap_or_else(Instant::now);
+        rt.spawn(async move {
+            let forget = || node.forget_place(&line_key, &member, timeout);
+            background::retry_leave(&*inner, until, forget).await;
         });
     }
 }
