@@ -267,10 +267,11 @@ async fn only_a_waiter_with_no_one_ahead_renews_the_line() {
 }
 
 /// A waiter two places or more behind the head renews its place with one command (`SET` of its
-/// lease, `XX`) at its timers, and looks at the gate (a script) only at every fifth: only the
-/// head and the waiter right behind it look every second (a lost wake-up, a dead head). Its
-/// place stays alive meanwhile, and once the waiters ahead are gone, its next look finds it at
-/// the head and it takes the freed lock. Fails when every timer looks (a script a second).
+/// lease, `XX`) at its timers, and asks its place (`ZRANK`) at every fifth, looking at the gate
+/// (a script) only once it is the head or right behind it: only those two look every second (a
+/// lost wake-up, a dead head). Its place stays alive meanwhile, and once the waiters ahead are
+/// gone, its next question finds it at the head: it looks, and takes the freed lock. Fails when
+/// every timer looks (a script a second), or when the fifth looks without asking.
 #[tokio::test]
 async fn a_waiter_far_behind_the_head_renews_its_place_with_one_command() {
     let nodes = LocalNodes::start(3).await.unwrap();
@@ -298,7 +299,10 @@ async fn a_waiter_far_behind_the_head_renews_its_place_with_one_command() {
     };
     let before = command_calls(nodes, gate, "set").await;
     assert!(sets(before + 1).await, "the waiter renewed its place");
-    let scripts = script_calls(nodes, gate).await;
+    let (scripts, asked) = (
+        script_calls(nodes, gate).await,
+        command_calls(nodes, gate, "zrank").await,
+    );
     assert!(
         sets(before + 3).await,
         "the waiter renewed its place twice more"
@@ -310,8 +314,8 @@ async fn a_waiter_far_behind_the_head_renews_its_place_with_one_command() {
     );
     let members = line_members(nodes, &waiter, &r).await;
     assert_eq!(members.len(), 3, "the waiter kept its place: {members:?}");
-    // The waiters ahead leave and the lock is freed: the waiter's next look (at its fifth
-    // timer at the latest) finds it at the head, and it takes the lock.
+    // The waiters ahead leave and the lock is freed: the waiter's next question (at its fifth
+    // timer at the latest) finds it at the head, and its look takes the lock.
     for member in &ahead {
         let lease = format!("{line}|{member}");
         nodes.command(gate, &["ZREM", &line, member]).await.unwrap();
@@ -325,6 +329,10 @@ async fn a_waiter_far_behind_the_head_renews_its_place_with_one_command() {
         .expect("the waiter took the lock once the waiters ahead left")
         .unwrap()
         .unwrap();
+    assert!(
+        command_calls(nodes, gate, "zrank").await > asked,
+        "the waiter looked without asking its place first"
+    );
     lock.release().await.unwrap();
     waiter.close().await;
 }

@@ -7,8 +7,9 @@
 //! when a holder releases: one `PUBLISH` per release, fleet-wide, on the head's process's own
 //! channel. Each waiter renews a short lease in the line (the head and the waiter right
 //! behind it by probing the gate, which also notices a lost wake-up, an expired holder or a
-//! dead head; the waiters further back with one `SET`, probing at every fifth renewal), so a
-//! waiter whose process died drops out within [`LEASE`].
+//! dead head; the waiters further back with one `SET`, asking their place with one `ZRANK` at
+//! every fifth renewal and probing once they are the head or right behind it), so a waiter
+//! whose process died drops out within [`LEASE`].
 //!
 //! This module is the local half: each waiter's member name (`<instance>:<seq>`, the instance
 //! being this Redlock's random id), the wake-up it receives (from the subscriber, or directly

@@ -307,6 +307,21 @@ impl Node {
         }
     }
 
+    /// A waiter's place in `line` (0 = the head), or `None` when it is not in it: `ZRANK`.
+    pub(crate) async fn place_rank(
+        &self,
+        line: &str,
+        member: &str,
+        timeout: Duration,
+    ) -> Result<Option<i64>, NodeError> {
+        let args = vec![Value::from(line), Value::from(member)];
+        match self.call("ZRANK", 0, args, timeout).await? {
+            Value::Integer(rank) => Ok(Some(rank)),
+            Value::Null => Ok(None),
+            _ => Err(self.unexpected("an integer or nil")),
+        }
+    }
+
     /// Takes `member` out of `line` with one `ZREM` (see `Inner::forget_place`).
     pub(crate) async fn forget_place(
         &self,

@@ -23,8 +23,9 @@ use crate::rounds::attempt::{Failure, Grant, Turn};
 use crate::rounds::handover::Handoff;
 use crate::rounds::redlock::{random_up_to, Inner, Redlock, Retry};
 
-/// A waiter far behind its line's head looks at the gate at every this many timers (and
-/// renews its place with one command at the others: see `Acquiring::renewed_only`).
+/// A waiter far behind its line's head asks its place (`ZRANK`) at every this many timers, and
+/// looks at the gate once it is the head or right behind it (it renews its place with one
+/// command at every timer: see `Acquiring::renewed_only`).
 const LOOK_EVERY: u32 = 5;
 
 /// Told after each attempt that was not granted (see `AcquireOptions::report`): `Some` with the
@@ -359,39 +360,48 @@ impl<'a> Acquiring<'a> {
 
     /// A waiter two or more places behind its line's head, as the gate last told it, renews its
     /// place with one command when its timer fires ([`Node::renew_place`]) instead of looking at
-    /// the gate (about 7 commands), except at every [`LOOK_EVERY`]-th renewal, which looks: the
-    /// head's looks notice a lost wake-up and the next waiter's notice a dead head (each within
-    /// [`RENEW`]), and only those two can take the next turn. Whether it renewed (and may wait
-    /// again); `false` when it should look now (its place's lease was gone, the gate failed,
-    /// the waiting time ran out, or it is time to look).
+    /// the gate (about 7 commands); at every [`LOOK_EVERY`]-th renewal it also asks its place
+    /// (`ZRANK`, [`Node::place_rank`]) and looks only once it is the head or right behind it:
+    /// the head's looks notice a lost wake-up and the next waiter's notice a dead head (each
+    /// within [`RENEW`]), and only those two can take the next turn. Whether it renewed (and may
+    /// wait again, `p` told its new place); `false` when it should look now (its place's lease
+    /// was gone, the gate failed, the waiting time ran out, or it moved up to the head's side).
     ///
     /// [`Node::renew_place`]: crate::nodes::node::Node::renew_place
-    async fn renewed_only(&mut self, p: &Pause) -> bool {
+    /// [`Node::place_rank`]: crate::nodes::node::Node::place_rank
+    async fn renewed_only(&mut self, p: &mut Pause) -> bool {
         let spent = self.waited >= self.budget || self.give_up.is_some_and(|g| Instant::now() >= g);
         let Some(place) = self.place.as_mut() else {
             return false;
         };
         let far = p.queue.is_some_and(|q| q.rank >= 2);
         let woken = place.inner.wake.is_some() && place.inner.line.is_up(place.line.gate);
-        if !far || !woken || spent || place.renewals + 1 >= LOOK_EVERY {
+        if !far || !woken || spent {
             place.renewals = 0;
             return false;
         }
         let node = &place.inner.nodes[place.line.gate];
         let timeout = place.inner.release_timeout();
         let member = place.member.name();
-        match node
-            .renew_place(&place.line.line_key, member, timeout)
-            .await
-        {
-            Ok(true) => {
-                place.renewals += 1;
+        let line = &place.line.line_key;
+        if !matches!(node.renew_place(line, member, timeout).await, Ok(true)) {
+            place.renewals = 0;
+            return false;
+        }
+        place.renewals += 1;
+        if place.renewals < LOOK_EVERY {
+            return true;
+        }
+        place.renewals = 0;
+        match (
+            node.place_rank(line, member, timeout).await,
+            p.queue.as_mut(),
+        ) {
+            (Ok(Some(rank)), Some(q)) if rank >= 2 => {
+                q.rank = rank;
                 true
             }
-            _ => {
-                place.renewals = 0;
-                false
-            }
+            _ => false,
         }
     }
 
@@ -410,7 +420,7 @@ impl<'a> Acquiring<'a> {
 
     /// One wait of [`wait`](Self::wait): the pause back when its timer fired and the place was
     /// renewed without looking (wait again).
-    async fn wait_once(&mut self, p: Pause) -> Result<Option<Pause>> {
+    async fn wait_once(&mut self, mut p: Pause) -> Result<Option<Pause>> {
         let sleep = async {
             match p.until {
                 Some(t) => tokio::time::sleep_until(t).await,
@@ -436,7 +446,7 @@ impl<'a> Acquiring<'a> {
             }
             () = sleep => {
                 self.waited += p.planned;
-                if self.renewed_only(&p).await {
+                if self.renewed_only(&mut p).await {
                     return Ok(Some(p));
                 }
                 // A timer in line: ask the gate first (it also renews the place); the head
@@ -494,7 +504,7 @@ struct Place {
     gated: Arc<std::sync::atomic::AtomicBool>,
     /// Offers for a hand-over inside the process, and a grant handed over.
     handoff: Arc<Handoff<Grant>>,
-    /// Renewals of the place without a look since the last look (see `renewed_only`).
+    /// Renewals of the place since its place was last asked (see `renewed_only`).
     renewals: u32,
 }
 
