@@ -347,6 +347,7 @@ async fn the_gate_reads_only_what_a_waiter_needs() {
     let holder = build(nodes.urls(), |b| b).await;
     // Slow polling: until its wake-ups are up, the waiter looks at most every 2 s.
     let waiter = build(nodes.urls(), |b| b.retry(retry(u32::MAX, 2000, 0))).await;
+    wake_ups_up(&nodes, &holder, &waiter).await;
     let r = unique("reads");
     let line = line_key(&waiter, &r);
     let gate = waiter.line_node(&r).unwrap();
@@ -372,19 +373,8 @@ async fn the_gate_reads_only_what_a_waiter_needs() {
         joined.zrank - before.zrank,
         "the newcomer looked at the head's lease: {before:?} -> {joined:?}"
     );
-    // The head of the other process leaves; once the waiter listens, the holder's release
-    // wakes it.
+    // The head of the other process leaves; the holder's release wakes the waiter.
     nodes.command(gate, &["ZREM", &line, &head]).await.unwrap();
-    let listening = eventually(Duration::from_secs(5), || async {
-        match nodes
-            .command(gate, &["CLIENT", "LIST", "TYPE", "pubsub"])
-            .await
-        {
-            Ok(fredlock_testkit::RespValue::Bulk(Some(text))) => !text.is_empty(),
-            _ => false,
-        }
-    });
-    assert!(listening.await, "the waiter subscribed to its wake-ups");
     lock.release().await.unwrap();
     let lock = tokio::time::timeout(Duration::from_secs(10), task)
         .await
@@ -400,6 +390,38 @@ async fn the_gate_reads_only_what_a_waiter_needs() {
     lock.release().await.unwrap();
     holder.close().await;
     waiter.close().await;
+}
+
+/// Makes `waiter`'s wake-ups come up before a test watches what it sends: it waits once, on a
+/// resource of its own, behind `holder` (a subscription coming up makes each waiter look at its
+/// gate once, which would otherwise land in the middle of the test).
+async fn wake_ups_up(nodes: &LocalNodes, holder: &fredlock::Redlock, waiter: &fredlock::Redlock) {
+    let r = unique("warm-up");
+    let held = holder.acquire(r.as_str(), TTL).await.unwrap();
+    let task = tokio::spawn({
+        let (waiter, r) = (waiter.clone(), r.clone());
+        async move { waiter.acquire(r.as_str(), TTL).await }
+    });
+    let subscribed = eventually(Duration::from_secs(5), || async {
+        for i in 0..nodes.len() {
+            match nodes
+                .command(i, &["CLIENT", "LIST", "TYPE", "pubsub"])
+                .await
+            {
+                Ok(fredlock_testkit::RespValue::Bulk(Some(text))) if !text.is_empty() => {}
+                _ => return false,
+            }
+        }
+        true
+    });
+    assert!(subscribed.await, "the waiter subscribed to its wake-ups");
+    held.release().await.unwrap();
+    let lock = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the warm-up's waiter took the lock")
+        .unwrap()
+        .unwrap();
+    lock.release().await.unwrap();
 }
 
 /// A waiter granted by the other nodes before its gate answered (the gate's replies 300 ms
