@@ -95,8 +95,13 @@ impl Series {
 
 /// Calls per command (INFO commandstats), summed over every command but INFO and CONFIG.
 pub async fn commands(addrs: &[SocketAddr]) -> u64 {
-    let mut total = 0;
-    for a in addrs {
+    commands_by_name(addrs).await.values().sum()
+}
+
+/// [`commands`] per node and command: `"<node index>:<command>"` -> calls.
+pub async fn commands_by_name(addrs: &[SocketAddr]) -> std::collections::BTreeMap<String, u64> {
+    let mut by_name = std::collections::BTreeMap::new();
+    for (i, a) in addrs.iter().enumerate() {
         let reply = testkit::resp_command(*a, &["INFO", "commandstats"], Duration::from_secs(5))
             .await
             .expect("INFO commandstats");
@@ -116,10 +121,10 @@ pub async fn commands(addrs: &[SocketAddr]) -> u64 {
                 .find_map(|f| f.strip_prefix("calls="))
                 .and_then(|c| c.parse::<u64>().ok())
                 .unwrap_or(0);
-            total += calls;
+            *by_name.entry(format!("{i}:{name}")).or_insert(0) += calls;
         }
     }
-    total
+    by_name
 }
 
 pub async fn reset_stats(addrs: &[SocketAddr]) {

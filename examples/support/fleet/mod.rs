@@ -216,6 +216,9 @@ pub struct Cell {
     pub server_cores: f64,
     /// Elections: consecutive terms that overlapped (a new leader before the old resigned).
     pub overlaps: u64,
+    /// Commands per acquisition (per term) by node and command (`"<node>:<command>"`), the
+    /// largest first, those of at least 0.05.
+    pub by_command: Vec<(String, f64)>,
 }
 
 /// Nanoseconds since the epoch, now.
@@ -244,7 +247,7 @@ pub async fn run_cell(
         outputs.push(wait_ready(child, work, client).await);
     }
     let (commands0, cpu0) = (
-        waiters::commands(&addrs).await,
+        waiters::commands_by_name(&addrs).await,
         waiters::server_cpu(&addrs).await,
     );
     let start = unix_ns() + START_MARGIN.as_nanos() as u64;
@@ -258,9 +261,18 @@ pub async fn run_cell(
     }
     tokio::time::sleep(Duration::from_nanos(end.saturating_sub(unix_ns()))).await;
     let (commands, cpu) = (
-        waiters::commands(&addrs).await,
+        waiters::commands_by_name(&addrs).await,
         waiters::server_cpu(&addrs).await,
     );
+    let spent: std::collections::BTreeMap<String, u64> = commands
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                v.saturating_sub(commands0.get(k).copied().unwrap_or(0)),
+            )
+        })
+        .collect();
     let mut results = Vec::with_capacity(processes);
     for (child, lines) in children.iter_mut().zip(outputs) {
         results.push(collect(child, lines, work, client).await);
@@ -271,7 +283,7 @@ pub async fn run_cell(
         processes,
         window,
         &results,
-        commands - commands0,
+        &spent,
         cpu - cpu0,
     )
 }
@@ -356,9 +368,10 @@ fn summarise(
     processes: usize,
     window: Duration,
     results: &[ChildResult],
-    commands: u64,
+    spent: &std::collections::BTreeMap<String, u64>,
     server_cpu_s: f64,
 ) -> Cell {
+    let commands: u64 = spent.values().sum();
     let mut waits = Histogram::<u64>::new(3).expect("a histogram");
     for r in results {
         for &w in &r.waits_us {
@@ -380,6 +393,13 @@ fn summarise(
         }
     }
     let acquired: u64 = results.iter().map(|r| r.acquired).sum();
+    let per = |n: u64| n as f64 / acquired.max(1) as f64;
+    let mut by_command: Vec<(String, f64)> = spent
+        .iter()
+        .map(|(k, &n)| (k.clone(), per(n)))
+        .filter(|(_, c)| *c >= 0.05)
+        .collect();
+    by_command.sort_by(|a, b| b.1.total_cmp(&a.1));
     let secs = window.as_secs_f64();
     let client_cpu: u64 = results.iter().map(|r| r.cpu_ms).sum();
     Cell {
@@ -387,7 +407,7 @@ fn summarise(
         client,
         processes,
         per_second: acquired as f64 / secs,
-        commands_per_acquisition: commands as f64 / acquired.max(1) as f64,
+        commands_per_acquisition: per(commands),
         p50_us: waits.value_at_quantile(0.5) as f64,
         p99_us: waits.value_at_quantile(0.99) as f64,
         max_us: waits.max() as f64,
@@ -396,6 +416,7 @@ fn summarise(
         client_cores: client_cpu as f64 / 1e3 / secs,
         server_cores: server_cpu_s / secs,
         overlaps,
+        by_command,
     }
 }
 

@@ -320,6 +320,26 @@ impl Fleet {
         }
     }
 
+    /// Where fredlock default's commands went, per acquisition (per term), by node (0..) and
+    /// command, for each of its cells: the map for the commands-per-acquisition targets.
+    fn print_by_command(&self) {
+        println!();
+        println!("fredlock default, Redis commands per acquisition (term) by node and command:");
+        for c in self.cells.iter().filter(|c| c.client == Client::Default) {
+            let parts: Vec<String> = c
+                .by_command
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.2}"))
+                .collect();
+            println!(
+                "- {} P = {}: {}",
+                c.work.name(),
+                c.processes,
+                parts.join(", ")
+            );
+        }
+    }
+
     /// The fleet table with its header, the targets and what limited the machine.
     pub fn print(&self, nproc: usize) {
         println!();
@@ -333,6 +353,7 @@ impl Fleet {
         self.print_cells();
         println!();
         self.print_targets();
+        self.print_by_command();
         let busiest = self
             .cells
             .iter()
