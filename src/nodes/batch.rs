@@ -189,9 +189,10 @@ pub(crate) struct LineRef {
     /// puts the member at the front of the line even without a place there before (it was the
     /// head, or the line was empty), so the holder's release wakes it.
     pub(crate) at_gate: std::sync::atomic::AtomicBool,
-    /// Ask the gate for the waiter's exact place behind the head (one command more): a waiter
-    /// already in line looking at its timer (far behind, it renews without looking next time:
-    /// see the acquire loop), or one that polls (it paces itself by it).
+    /// Ask the gate for the waiter's exact place behind the head (`ZRANK`, asked first: a member
+    /// found in line is not added again): a waiter already in line looking at its timer (far
+    /// behind, it renews without looking next time: see the acquire loop), or one that polls (it
+    /// paces itself by it).
     pub(crate) rank: bool,
     /// What the attempt knows of its place in the line (see `scripts::GATE_ACQUIRE`).
     pub(crate) place: Place,
