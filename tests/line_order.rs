@@ -404,12 +404,8 @@ async fn wake_ups_up(nodes: &LocalNodes, holder: &fredlock::Redlock, waiter: &fr
     });
     let subscribed = eventually(Duration::from_secs(5), || async {
         for i in 0..nodes.len() {
-            match nodes
-                .command(i, &["CLIENT", "LIST", "TYPE", "pubsub"])
-                .await
-            {
-                Ok(fredlock_testkit::RespValue::Bulk(Some(text))) if !text.is_empty() => {}
-                _ => return false,
+            if pubsub_clients(nodes, i).await == 0 {
+                return false;
             }
         }
         true

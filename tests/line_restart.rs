@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{build, eventually, retry, unique};
+use common::{build, eventually, pubsub_clients, retry, unique};
 use fredlock::Redlock;
 use fredlock_testkit::{LocalNodes, RespValue};
 
@@ -34,20 +34,6 @@ async fn line_members(
             })
             .collect(),
         _ => Vec::new(),
-    }
-}
-
-/// Pub/sub client connections on node `i` (CLIENT LIST TYPE pubsub).
-async fn pubsub_clients(nodes: &LocalNodes, i: usize) -> usize {
-    match nodes
-        .command(i, &["CLIENT", "LIST", "TYPE", "pubsub"])
-        .await
-    {
-        Ok(RespValue::Bulk(Some(text))) => String::from_utf8_lossy(&text)
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .count(),
-        _ => 0,
     }
 }
 

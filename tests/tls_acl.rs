@@ -156,13 +156,7 @@ fn a_rule_without_zpopmin_still_gives_the_woken_head_its_gate() {
         });
         // In line, and listening for its wake-up on the gate.
         let listening = common::eventually(Duration::from_secs(5), || async {
-            match nodes
-                .command(gate, &["CLIENT", "LIST", "TYPE", "pubsub"])
-                .await
-            {
-                Ok(fredlock_testkit::RespValue::Bulk(Some(text))) => !text.is_empty(),
-                _ => false,
-            }
+            common::pubsub_clients(&nodes, gate).await > 0
         });
         assert!(listening.await, "the waiter never subscribed");
         held.release().await.expect("release");

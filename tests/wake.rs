@@ -28,21 +28,6 @@ const SLOW: Retry = Retry {
 /// A woken waiter acquires well within this (loopback round trips, a loaded CI machine).
 const WOKEN: Duration = Duration::from_secs(3);
 
-/// Pub/sub client connections on node `i` (CLIENT LIST TYPE pubsub).
-async fn pubsub_clients(nodes: &LocalNodes, i: usize) -> usize {
-    match nodes
-        .command(i, &["CLIENT", "LIST", "TYPE", "pubsub"])
-        .await
-        .unwrap()
-    {
-        RespValue::Bulk(Some(text)) => String::from_utf8_lossy(&text)
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .count(),
-        _ => 0,
-    }
-}
-
 /// A lock holder in a thread and runtime of its own (another process, as far as the waiter's
 /// Redlock can tell): holds `resource` until `release()` is called, which returns once the
 /// release round has answered.

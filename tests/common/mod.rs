@@ -256,6 +256,21 @@ pub async fn calls_on_all(nodes: &LocalNodes, command: &str) -> u64 {
     total
 }
 
+/// Pub/sub client connections on node `i` (CLIENT LIST TYPE pubsub); 0 when the node does not
+/// answer.
+pub async fn pubsub_clients(nodes: &LocalNodes, i: usize) -> usize {
+    match nodes
+        .command(i, &["CLIENT", "LIST", "TYPE", "pubsub"])
+        .await
+    {
+        Ok(fredlock_testkit::RespValue::Bulk(Some(text))) => String::from_utf8_lossy(&text)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count(),
+        _ => 0,
+    }
+}
+
 /// Scripts node `i` ran: its EVALSHA and EVAL calls.
 pub async fn script_calls(nodes: &LocalNodes, i: usize) -> u64 {
     command_calls(nodes, i, "evalsha").await + command_calls(nodes, i, "eval").await
