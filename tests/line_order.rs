@@ -421,30 +421,17 @@ async fn wake_ups_up(nodes: &LocalNodes, holder: &fredlock::Redlock, waiter: &fr
 }
 
 /// A waiter granted by the other nodes before its gate answered (the gate's replies 300 ms
-/// late) leaves the line with one `ZREM`: the gate ran its attempt first, so nobody needs
-/// waking. Fails when it leaves by the line's leave script (which also deletes its lease:
-/// one `DEL` more on the gate).
+/// late), whose gate then granted too, sends nothing more: the gate's grant took it out of the
+/// line. Fails when it leaves anyway (one `ZREM` more on the gate, as before the late answer was
+/// awaited).
 #[tokio::test]
-async fn a_waiter_granted_before_its_gate_answered_leaves_with_one_command() {
+async fn a_waiter_granted_before_its_gate_granted_sends_nothing_more() {
     let nodes = LocalNodes::start(3).await.unwrap();
     let (proxies, waiter) = behind_proxies(&nodes, |b| b.retry(retry(u32::MAX, 2000, 0))).await;
     let r = unique("granted-first");
     let key = waiter.key(&r);
     let gate = waiter.line_node(&r).unwrap();
-    held_elsewhere(&nodes, &key).await;
-    let start = calls(&nodes, gate).await;
-    let task = tokio::spawn({
-        let (waiter, r) = (waiter.clone(), r.clone());
-        async move { waiter.acquire(r.as_str(), TTL).await }
-    });
-    assert!(line_has(&nodes, &waiter, &r, 1).await, "the waiter joined");
-    // Its wake-ups came up, and it looked at the gate twice more (the head's join and each of
-    // its looks read the key's PTTL): the look, gate first, that a subscription coming up
-    // brings (one or two), then its timer's, every node at once.
-    let looked = eventually(Duration::from_secs(5), || async {
-        calls(&nodes, gate).await.pttl >= start.pttl + 3
-    });
-    assert!(looked.await, "the waiter never looked again");
+    let task = waiting_head(&nodes, &waiter, &r, gate).await;
     // The gate answers late; the key is freed everywhere (no release: no wake-up), and the
     // head's next look (within a second) asks every node.
     proxies[gate].set(Fault::Latency(Duration::from_millis(300)));
@@ -457,24 +444,88 @@ async fn a_waiter_granted_before_its_gate_answered_leaves_with_one_command() {
         .expect("the head took the freed lock")
         .unwrap()
         .unwrap();
-    // Out of the line: the gate's grant, then the leave.
-    let left = eventually(Duration::from_secs(5), || async {
-        calls(&nodes, gate).await.zrem >= before.zrem + 2
+    // The gate granted it (its script took it out of the line) ...
+    let granted = eventually(Duration::from_secs(5), || async {
+        calls(&nodes, gate).await.zrem > before.zrem
     });
-    assert!(
-        left.await,
-        "the waiter did not leave the line: {before:?} -> {:?}",
-        calls(&nodes, gate).await
-    );
+    assert!(granted.await, "the gate never ran the late attempt");
+    assert!(line_has(&nodes, &waiter, &r, 0).await, "still in line");
+    // ... and after its answer (the release's, on the gate's connection, comes after it) and
+    // one more cycle on the same connection, no command took the waiter out again.
+    proxies[gate].set(Fault::Pass);
+    lock.release().await.unwrap();
+    let again = waiter.acquire(r.as_str(), TTL).await.unwrap();
+    again.release().await.unwrap();
     let after = calls(&nodes, gate).await;
     assert_eq!(
-        after.del - before.del,
+        after.zrem - before.zrem,
         1,
-        "the waiter left by the leave script (only the test's own DEL expected): {before:?} -> {after:?}"
+        "only the gate's grant takes the waiter out: {before:?} -> {after:?}"
+    );
+    waiter.close().await;
+}
+
+/// A waiter granted by the other nodes while its gate, answering late, refused it (a key left
+/// on the gate alone) leaves the line with one `ZREM`: the gate ran its attempt first, so nobody
+/// needs waking. Fails when it stays in line (the late answer taken for a grant), or leaves by
+/// the line's leave script (which also deletes its lease: one `DEL` more on the gate).
+#[tokio::test]
+async fn a_waiter_granted_while_its_gate_refused_leaves_with_one_command() {
+    let nodes = LocalNodes::start(3).await.unwrap();
+    let (proxies, waiter) = behind_proxies(&nodes, |b| b.retry(retry(u32::MAX, 2000, 0))).await;
+    let r = unique("refused-late");
+    let key = waiter.key(&r);
+    let gate = waiter.line_node(&r).unwrap();
+    let task = waiting_head(&nodes, &waiter, &r, gate).await;
+    // The gate answers late and keeps someone else's key; the two other nodes are freed.
+    proxies[gate].set(Fault::Latency(Duration::from_millis(300)));
+    let before = calls(&nodes, gate).await;
+    for i in (0..3).filter(|&i| i != gate) {
+        nodes.command(i, &["DEL", &key]).await.unwrap();
+    }
+    let lock = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the head took the quorum of the two others")
+        .unwrap()
+        .unwrap();
+    assert!(
+        line_has(&nodes, &waiter, &r, 0).await,
+        "the waiter granted elsewhere stayed in its gate's line"
+    );
+    let after = calls(&nodes, gate).await;
+    assert_eq!(after.zrem - before.zrem, 1, "{before:?} -> {after:?}");
+    assert_eq!(
+        after.del, before.del,
+        "the waiter left by the leave script: {before:?} -> {after:?}"
     );
     proxies[gate].set(Fault::Pass);
     lock.release().await.unwrap();
     waiter.close().await;
+}
+
+/// A waiter of `r` at the head of its line, the key held by someone else on every node, its
+/// wake-ups up and its timer looking at the gate: its acquire's task.
+async fn waiting_head(
+    nodes: &LocalNodes,
+    waiter: &fredlock::Redlock,
+    r: &str,
+    gate: usize,
+) -> tokio::task::JoinHandle<fredlock::Result<fredlock::Lock>> {
+    held_elsewhere(nodes, &waiter.key(r)).await;
+    let start = calls(nodes, gate).await;
+    let task = tokio::spawn({
+        let (waiter, r) = (waiter.clone(), r.to_string());
+        async move { waiter.acquire(r.as_str(), TTL).await }
+    });
+    assert!(line_has(nodes, waiter, r, 1).await, "the waiter joined");
+    // Its wake-ups came up, and it looked at the gate twice more (the head's join and each of
+    // its looks read the key's PTTL): the look, gate first, that a subscription coming up
+    // brings (one or two), then its timer's, every node at once.
+    let looked = eventually(Duration::from_secs(5), || async {
+        calls(nodes, gate).await.pttl >= start.pttl + 3
+    });
+    assert!(looked.await, "the waiter never looked again");
+    task
 }
 
 /// Calls of the commands this file's tests count, from one `INFO`.

@@ -196,6 +196,46 @@ pub(crate) struct LineRef {
     pub(crate) rank: bool,
     /// What the attempt knows of its place in the line (see `scripts::GATE_ACQUIRE`).
     pub(crate) place: Place,
+    /// Where the gate's answer to this attempt is told, even when it comes after the attempt
+    /// was decided (`None`: the attempt carries no member).
+    pub(crate) answer: Option<Arc<GateAnswer>>,
+}
+
+/// What a waiter's attempt heard from its gate: told by the gate's call when it answers (also
+/// after the attempt was decided without it), read by the waiter's place, which then leaves the
+/// line only if the gate may have it there.
+#[derive(Debug, Default)]
+pub(crate) struct GateAnswer {
+    /// 0: no answer yet; 1: granted (the gate took the member out of its line); 2: anything
+    /// else (refused, failed: the member may be in line).
+    state: std::sync::atomic::AtomicU8,
+    told: Notify,
+}
+
+impl GateAnswer {
+    /// The gate answered: granted or not.
+    pub(crate) fn tell(&self, granted: bool) {
+        let state = if granted { 1 } else { 2 };
+        self.state
+            .store(state, std::sync::atomic::Ordering::Release);
+        self.told.notify_waiters();
+    }
+
+    /// Whether the gate answered with a grant (so far).
+    pub(crate) fn granted(&self) -> bool {
+        self.state.load(std::sync::atomic::Ordering::Acquire) == 1
+    }
+
+    /// Whether the gate granted, once it answered or `bound` passed (then `false`).
+    pub(crate) async fn granted_within(&self, bound: Duration) -> bool {
+        let told = self.told.notified();
+        tokio::pin!(told);
+        told.as_mut().enable();
+        if self.state.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            let _ = tokio::time::timeout(bound, told).await;
+        }
+        self.granted()
+    }
 }
 
 /// What a waiter's attempt knows of its place in its line: the gate reads only what it must.
@@ -232,6 +272,7 @@ impl LineRef {
             at_gate: std::sync::atomic::AtomicBool::new(false),
             rank: false,
             place: Place::Look,
+            answer: None,
         }
     }
 }

@@ -35,7 +35,7 @@ use fred::types::{ClusterHash, CustomCommand};
 
 use crate::base::error::{InvalidInput, NodeError, NodeErrorKind, Vote};
 use crate::base::scripts::Script;
-pub(crate) use crate::nodes::batch::{Held, LineRef, Place};
+pub(crate) use crate::nodes::batch::{GateAnswer, Held, LineRef, Place};
 use crate::nodes::batcher::Batch;
 use crate::nodes::cluster::Shards;
 use crate::nodes::connection::{self, options, Link, Servers, State};

@@ -66,6 +66,10 @@ impl Node {
                         Box::pin(crate::nodes::cluster::creating(&held.value, here)).await
                     }
                 };
+                // Told also when the attempt was decided without it (see `GateAnswer`).
+                if let Some(told) = &line.answer {
+                    told.tell(answer.vote == Vote::Granted);
+                }
                 match &answer.vote {
                     // This user may not run scripts here: no line on this node; the plain SET.
                     Vote::Failed(e) if scripts_denied(e) => {

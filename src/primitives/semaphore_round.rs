@@ -143,10 +143,9 @@ impl Slots<'_> {
             ),
         };
         let at_gate = gate.and_then(|(g, _)| answers[g].as_ref());
-        turn.gated.store(
-            matches!(at_gate, Some(Slot::Took { .. })),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        // Told here, answered or not: a slot's late answer is not awaited (its place is left
+        // at once, as after a refusal).
+        turn.gated.tell(matches!(at_gate, Some(Slot::Took { .. })));
         let waiting = match at_gate {
             Some(Slot::Waiting(rank)) => Some(*rank),
             _ => None,

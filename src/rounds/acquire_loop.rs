@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::base::error::{Error, HeldBy, Names, Result};
 use crate::base::line::{Member, RENEW};
-use crate::nodes::node::Queue;
+use crate::nodes::node::{GateAnswer, Queue};
 use crate::rounds::attempt::{Failure, Grant, Turn};
 use crate::rounds::handover::Handoff;
 use crate::rounds::redlock::{random_up_to, Inner, Redlock, Retry};
@@ -271,7 +271,7 @@ impl<'a> Acquiring<'a> {
             // Granted by the gate: it took us out of its line with the grant.
             // Granted without its answer: we may be in line there; leave (in the
             // background).
-            if p.gated.load(std::sync::atomic::Ordering::Relaxed) {
+            if p.gated.granted() {
                 p.joined = false;
             }
         }
@@ -500,8 +500,8 @@ struct Place {
     joined_before: bool,
     /// The acquire got its lock.
     granted: bool,
-    /// The last attempt's gate granted.
-    gated: Arc<std::sync::atomic::AtomicBool>,
+    /// The last attempt's gate answer.
+    gated: Arc<GateAnswer>,
     /// Offers for a hand-over inside the process, and a grant handed over.
     handoff: Arc<Handoff<Grant>>,
     /// Renewals of the place since its place was last asked (see `renewed_only`).
@@ -530,6 +530,8 @@ impl Place {
         self.joined_before = in_line;
         // From now on the gate may put us in line: a call dropped mid-attempt leaves it.
         self.joined |= joining;
+        // Each attempt's own: a late answer to an earlier one says nothing of this one.
+        self.gated = Arc::default();
         Turn {
             member: joining.then(|| self.member.name().clone()),
             probe,
@@ -592,6 +594,7 @@ impl Drop for Place {
                 self.line.gate,
                 std::mem::take(&mut self.line.line_key),
                 self.member.name().to_string(),
+                self.gated.clone(),
             );
         } else if self.joined {
             self.inner.leave_line(

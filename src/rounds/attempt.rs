@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::base::error::{InvalidInput, Vote, Votes};
 use crate::base::line::LEASE;
-use crate::nodes::node::{Acquired, Held, LineRef, Place, Queue};
+use crate::nodes::node::{Acquired, GateAnswer, Held, LineRef, Place, Queue};
 use crate::rounds::background::{self, CleanupGuard};
 use crate::rounds::handover::{Handoff, Offer, Ticket};
 use crate::rounds::quorum::{
@@ -32,8 +32,9 @@ pub(crate) struct Turn {
     /// not known to be the line's head must not set keys elsewhere (it would split the votes
     /// of the head the gate is handing the lock to).
     pub(crate) probe: bool,
-    /// Set by the attempt: the gate granted (and so took the member out of its line).
-    pub(crate) gated: Arc<std::sync::atomic::AtomicBool>,
+    /// The gate's answer: granted (it took the member out of its line) or not; told by the
+    /// gate's call, also when it answers after the attempt was decided.
+    pub(crate) gated: Arc<GateAnswer>,
     /// A waiter's hand-over inside the process (see `handover`): a refused attempt offers its
     /// next value there; a grant handed over is taken by the next attempt.
     pub(crate) handoff: Option<Arc<Handoff<Grant>>>,
@@ -101,7 +102,7 @@ impl Redlock {
     ) -> std::result::Result<Grant, Failure> {
         // Handed over by a release of this Redlock: the gate took the member out of its line.
         if let Some(grant) = turn.handoff.as_ref().and_then(|h| h.take_handed()) {
-            turn.gated.store(true, std::sync::atomic::Ordering::Relaxed);
+            turn.gated.tell(true);
             return Ok(grant);
         }
         if let Some(failure) = self.inner.queue_in_process(req, turn) {
@@ -292,14 +293,13 @@ impl Inner {
             && !tally
                 .queue
                 .is_some_and(|q| q.rank > 0 || (q.rank < 0 && q.pttl == -2));
-        if let Some((gate, _)) = &req.line {
-            // Granted there: the gate took the member out of its line. Otherwise (not answered
-            // yet, or failed) a refusal there may still have put it in line: the retry loop
-            // then leaves the line after a grant.
-            turn.gated.store(
-                tally.votes.0.get(*gate) == Some(&Vote::Granted),
-                std::sync::atomic::Ordering::Relaxed,
-            );
+        // Granted there: the gate took the member out of its line. Otherwise (failed) a refusal
+        // there may still have put it in line: the retry loop then leaves the line after a
+        // grant. Not answered yet: the gate's call tells its answer when it comes.
+        if let Some(vote) = req.line.as_ref().and_then(|(g, _)| tally.votes.0.get(*g)) {
+            if *vote != Vote::Pending {
+                turn.gated.tell(*vote == Vote::Granted);
+            }
         }
         granted
     }
@@ -374,7 +374,7 @@ impl Inner {
 
 /// Whether the gate granted the attempt that carried `turn` (see `Inner::decide`).
 fn line_granted(turn: &Turn) -> bool {
-    turn.member.is_some() && turn.gated.load(std::sync::atomic::Ordering::Relaxed)
+    turn.member.is_some() && turn.gated.granted()
 }
 
 /// A granted lock's releases wake its line's head (its attempt's clean-up would have put the
@@ -408,8 +408,10 @@ impl Inner {
         let q = self.quorum;
         // A late node's SET (or gate script) already taken by fred's router needs no task to
         // finish it (see `fan_out_handed`): the serial path then spawns nothing, and the
-        // release that follows finds that node idle and is sent directly.
-        let handed = |i: usize| self.nodes.get(i).is_some_and(|n| n.handed_over());
+        // release that follows finds that node idle and is sent directly. A waiter's gate is
+        // finished: its answer tells whether the waiter is still in line there.
+        let handed =
+            |i: usize| Some(i) != gate && self.nodes.get(i).is_some_and(|n| n.handed_over());
         fan_out_handed(
             self.nodes.len(),
             calls,
@@ -511,6 +513,7 @@ impl Inner {
             local: self.line.clone(),
             at_gate: std::sync::atomic::AtomicBool::new(false),
             rank: turn.in_line || self.wake.is_none(),
+            answer: turn.member.is_some().then(|| turn.gated.clone()),
             place: match (turn.woken, turn.in_line) {
                 (true, _) => Place::Turn,
                 (false, false) => Place::New,
@@ -555,8 +558,16 @@ impl Inner {
     /// nothing more: for a waiter granted the lock before its gate answered. The gate ran that
     /// attempt's script first (same connection), so the member is in line there only if the
     /// gate refused it; nobody needs waking then (the lock is ours: our release wakes the head).
-    /// Retried like [`leave_line`](Self::leave_line).
-    pub(crate) fn forget_place(self: &Arc<Self>, gate: usize, line_key: String, member: String) {
+    /// So the gate's late answer is awaited first (up to the release timeout): a grant there
+    /// took the member out already, and nothing is sent. Retried like
+    /// [`leave_line`](Self::leave_line).
+    pub(crate) fn forget_place(
+        self: &Arc<Self>,
+        gate: usize,
+        line_key: String,
+        member: String,
+        answer: Arc<GateAnswer>,
+    ) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -567,6 +578,9 @@ impl Inner {
             .checked_add(LEASE)
             .unwrap_or_else(Instant::now);
         rt.spawn(async move {
+            if answer.granted_within(timeout).await {
+                return;
+            }
             let forget = || node.forget_place(&line_key, &member, timeout);
             background::retry_leave(&*inner, until, forget).await;
         });
