@@ -386,6 +386,8 @@ impl Builder {
             fencing: self.fencing_tokens,
             background: Default::default(),
             renewer: Default::default(),
+            campaigns: Default::default(),
+            closing: Default::default(),
             handover_window: self.handover_window,
             handovers: Default::default(),
             line,

@@ -367,3 +367,64 @@ async fn bad_names_and_values_are_refused_at_once() {
     let read = redlock.leader_of(&resource).await;
     assert!(matches!(read, Err(Error::Unavailable { .. })), "{read:?}");
 }
+
+/// A new `Election` of the same `Redlock`, resource and priority after a resign shares the
+/// campaign observer the last one left: no connection opened (each of this client's connections
+/// starts with `CLIENT ID`), no subscription (fails when each `Election` opens its own: one
+/// connection and one `SUBSCRIBE` more per node), and its claim announces the lock's validity
+/// as the view's TTL (fails when it reads `PTTL`, as the observer's first read does too).
+/// `Redlock::close` closes the observer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_election_after_a_resign_reuses_the_campaign_observer() {
+    let (nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
+    let resource = common::unique("again");
+    let first = redlock
+        .elect(resource.as_str(), Duration::from_secs(5))
+        .expect("elect");
+    let term = first.leader().await;
+    first.resign().await;
+    let counts = |i: usize| {
+        let nodes = &nodes;
+        async move {
+            (
+                common::command_calls(nodes, i, "client|id").await,
+                common::command_calls(nodes, i, "subscribe").await,
+                common::command_calls(nodes, i, "pttl").await,
+            )
+        }
+    };
+    let mut before = Vec::new();
+    for i in 0..3 {
+        before.push(counts(i).await);
+    }
+    let second = redlock
+        .elect(resource.as_str(), Duration::from_secs(5))
+        .expect("elect");
+    assert!(second.leader().await.number() > term.number());
+    for (i, before) in before.iter().enumerate() {
+        assert_eq!(
+            counts(i).await,
+            *before,
+            "node {i}: (CLIENT ID, SUBSCRIBE, PTTL)"
+        );
+    }
+    second.resign().await;
+    for i in 0..3 {
+        assert!(
+            common::pubsub_clients(&nodes, i).await > 0,
+            "node {i}: closed on resign"
+        );
+    }
+    redlock.close().await;
+    let closed = common::eventually(Duration::from_secs(5), || async {
+        let mut open = 0;
+        for i in 0..3 {
+            open += common::pubsub_clients(&nodes, i).await;
+        }
+        open == 0
+    });
+    assert!(
+        closed.await,
+        "the campaign observer outlived Redlock::close"
+    );
+}

@@ -762,7 +762,8 @@ end
 /// script finds (a max-register, as FENCE_RAISE: the acquire handed the term out unraised, and
 /// the claim's quorum is the raise's).
 /// ARGV[1]: the lock value, ARGV[2]: the term, ARGV[3]: the value, ARGV[4]: the priority,
-/// ARGV[5]: the version. A version not newer than the stored one of the same term is
+/// ARGV[5]: the version, ARGV[6] (optional): the lock's TTL to announce, in ms (no more than
+/// the key's: the caller's validity left); without it the script reads the key's `PTTL`. A version not newer than the stored one of the same term is
 /// acknowledged without a write (a late or repeated proclaim never undoes a newer one).
 /// Reply: 1 written (and this node's view announced, see `elect_lib`; on the campaigns'
 /// channel too when the priority is not the last term's); 0 the lock key does not
@@ -788,7 +789,8 @@ if t == term then
 end
 redis.call('HSET', KEYS[2], 'v', ARGV[1], 't', ARGV[2], 'val', ARGV[3], 'p', ARGV[4], 's', ARGV[5])
 -- The view without reading again what was just checked and written.
-local v = view_of(ARGV[1], {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]}, KEYS[1], KEYS[3])
+local v = view_of(ARGV[1], {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]}, KEYS[1], KEYS[3],
+  tonumber(ARGV[6]))
 announce(KEYS[2], v)
 -- Campaigns hear a claim only when the leader's priority changes (or there was no record).
 if tonumber(last[2] or '-1') ~= tonumber(ARGV[4]) then announce(KEYS[2], v, KEYS[2] .. '|prio') end

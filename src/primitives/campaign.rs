@@ -15,8 +15,8 @@ use tokio::time::Instant;
 
 use crate::base::error::{Error, Names, Result};
 use crate::hold::keepalive::KeepAliveOptions;
+use crate::primitives::campaign_observers::CampaignView;
 use crate::primitives::leader::{tally, ElectionState, Record, Written};
-use crate::primitives::observe::Observer;
 use crate::rounds::lock::AcquireOptions;
 use crate::rounds::redlock::Redlock;
 
@@ -248,13 +248,14 @@ impl Campaign {
         // Dropped last, however the campaign ends.
         let _over = Over(s);
         let span = tracing::debug_span!("fredlock.election", resource = %s.resource);
-        // The campaign's own observer: the leader's priority, requests to yield.
+        // The campaign's observer (shared with this Redlock's other elections of the resource
+        // and priority): the leader's priority, requests to yield.
         let observer = tokio::select! {
             biased;
             _ = &mut stop => return,
-            o = s.redlock.observe_as(&s.resource, Some(s.priority)) => o.ok(),
+            o = s.redlock.campaign_observer(&s.resource, s.priority) => o.ok(),
         };
-        let mut state = observer.as_ref().map(Observer::state);
+        let mut state = observer.as_ref().map(CampaignView::state);
         loop {
             let Some((lock, number)) = self.win(&mut stop, state.as_ref(), &span).await else {
                 return;
@@ -267,9 +268,8 @@ impl Campaign {
                 Ended::Again => {}
             }
         }
-        if let Some(o) = observer {
-            o.close().await;
-        }
+        // Dropped: the observer lingers for the next election of this Redlock.
+        drop(observer);
     }
 
     /// Campaigns until a term is won and claimed (the lock and the term number), or stopped.
@@ -362,6 +362,15 @@ impl Campaign {
                     value: &value,
                     priority: s.priority,
                     version: 1,
+                    // The lock's validity left: every node's key lives at least as long (its
+                    // TTL counts from after the attempt began; the validity also subtracts
+                    // the drift allowance).
+                    pttl_ms: Some(
+                        lock.deadline()
+                            .saturating_duration_since(tokio::time::Instant::now())
+                            .as_millis()
+                            .clamp(1, u128::from(u64::MAX)) as u64,
+                    ),
                 },
                 s.ttl,
             )

@@ -71,6 +71,12 @@ pub const MAX_VALUE_LEN: usize = 64 * 1024;
 /// pauses longer than the TTL between checking and acting is the case only fencing covers:
 /// every term carries a fencing token, [`Term::fencing_token`]).
 ///
+/// The campaign follows the leader's priority and requests to yield through an observer (one
+/// subscriber connection per node) that the `Election`s of one [`Redlock`] on the same
+/// resource and priority share; it stays open 10 s after the last of them ends, so that a new
+/// `Election` soon after a [`resign`](Election::resign) opens no connection and reads nothing
+/// to start. [`Redlock::close`] closes it.
+///
 /// `Debug` shows the resource, the priority and the current [`Role`] (whose [`Term`] shows the
 /// token's fingerprint, never the token).
 pub struct Election {
@@ -306,6 +312,7 @@ impl Election {
                     value: &value,
                     priority: s.priority,
                     version,
+                    pttl_ms: None,
                 },
                 s.ttl,
             )

@@ -279,6 +279,10 @@ pub(crate) struct Record<'a> {
     pub(crate) priority: u32,
     /// 1 for the claim, one more per proclaim.
     pub(crate) version: u64,
+    /// What is left of the term's lock, in ms, no more than the keys' TTL on any node (its
+    /// validity: the claim follows the acquire): announced as the view's TTL instead of a
+    /// `PTTL` per node. `None`: the script reads it.
+    pub(crate) pttl_ms: Option<u64>,
 }
 
 /// How a write to the record went.
@@ -442,13 +446,16 @@ impl Redlock {
         if claim {
             Arc::make_mut(&mut keys).push(self.fence_key(resource));
         }
-        let argv = vec![
+        let mut argv = vec![
             Value::from(r.lock_value),
             Value::from(r.term.to_string()),
             Value::from(r.value),
             Value::Integer(i64::from(r.priority)),
             Value::from(r.version.to_string()),
         ];
+        if let Some(ms) = r.pttl_ms {
+            argv.push(Value::Integer(i64::try_from(ms).unwrap_or(i64::MAX)));
+        }
         let timeout = self.inner.node_timeout(ttl);
         let answers = self
             .record_round_with(

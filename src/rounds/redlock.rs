@@ -58,6 +58,10 @@ pub(crate) struct Inner {
     pub(crate) background: Background,
     /// The keep-alive renewer of this Redlock (a handle the `renewal` layer above keeps here).
     pub(crate) renewer: Slot,
+    /// The campaigns' shared observers (the `primitives` layer's registry, kept here).
+    pub(crate) campaigns: Slot,
+    /// What higher layers close with this Redlock (see [`Inner::on_close`]).
+    pub(crate) closing: Closing,
     /// The waiting acquires of this Redlock as members of the gates' wait lines.
     pub(crate) line: Arc<Line>,
     /// How long after a round set a lock's keys its holder may still hand it to a waiter of
@@ -98,6 +102,33 @@ impl Slot {
         let fresh = make();
         *slot = Some(Box::new(fresh.clone()));
         fresh
+    }
+}
+
+/// What higher layers close with a Redlock ([`Redlock::close`]), each once.
+#[derive(Default)]
+pub(crate) struct Closing(std::sync::Mutex<Vec<Box<dyn FnOnce() + Send>>>);
+
+impl std::fmt::Debug for Closing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Closing")
+    }
+}
+
+impl Closing {
+    fn take(&self) -> Vec<Box<dyn FnOnce() + Send>> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl Inner {
+    /// Runs `close` when the Redlock is closed ([`Redlock::close`]), once.
+    pub(crate) fn on_close(&self, close: Box<dyn FnOnce() + Send>) {
+        self.closing
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(close);
     }
 }
 
@@ -339,6 +370,9 @@ impl Redlock {
     /// Cancellation: dropping the future may leave some connections open until the `Redlock`
     /// is dropped.
     pub async fn close(&self) {
+        for close in self.inner.closing.take() {
+            close();
+        }
         self.inner.background.wait_idle().await;
         self.inner.background.close();
         if let Some(wake) = &self.inner.wake {
