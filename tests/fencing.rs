@@ -33,16 +33,22 @@ impl Rising {
     }
 }
 
+/// Also: a fenced acquire of one key checks the key with its `SET NX`, with no `EXISTS`
+/// before it (fails with the several-keys path: one `EXISTS` per node and acquire).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_increase_across_holders() {
-    let (_nodes, redlock) = fenced(3).await;
+    let (nodes, redlock) = fenced(3).await;
     let r = unique("seq");
     let mut last = Rising::default();
+    let exists = |i| common::command_calls(&nodes, i, "exists");
+    let before = [exists(0).await, exists(1).await, exists(2).await];
     for holder in 0..20 {
         let lock = redlock.acquire(r.as_str(), TTL).await.expect("acquire");
         last.next(lock.fencing_token(), holder);
         lock.release().await.expect("release");
     }
+    let after = [exists(0).await, exists(1).await, exists(2).await];
+    assert_eq!(before, after, "EXISTS calls per node");
     // Without fencing: no token.
     let (_n2, plain) = local_with(3, |b| b).await;
     let lock = plain.acquire(r.as_str(), TTL).await.expect("acquire");
