@@ -51,7 +51,7 @@
 //! | `rounds/` | the quorum rounds and the acquire loop | `quorum`, `background`, `redlock`, `held_rounds`, `attempt`, `handover`, `acquire_loop`, `lock` |
 //! | `ops/` | what an operator does to locks it does not hold | `inspect`, `force` |
 //! | `hold/` | holding a lock while work runs | `pacing`, `status`, `renewal`, `keepalive`, `with_lock` |
-//! | `primitives/` | elections, semaphores, read-write locks, leases | `leader`, `observe`, `semaphore_round`, `rwlock_round`, `campaign`, `election`, `semaphore`, `lease`, `rwlock` |
+//! | `primitives/` | elections, semaphores, read-write locks, leases | `leader`, `observe`, `semaphore_round`, `rwlock_round`, `campaign`, `campaign_observers`, `election`, `semaphore`, `lease`, `rwlock` |
 //! | `config.rs` | the builder: validates, then constructs; nothing imports it back | [`config`] |
 //!
 //! The public API is re-exported here at the crate root; the folders are private.
