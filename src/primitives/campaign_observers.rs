@@ -30,12 +30,17 @@ pub(crate) const LINGER: Duration = Duration::from_secs(10);
 /// A resource and a campaign priority.
 type Key = (String, u32);
 
+/// The next entry's id.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The shared campaign observers of one `Redlock` (kept in its `campaigns` slot).
 #[derive(Clone, Default)]
 pub(crate) struct CampaignObservers(Arc<Mutex<HashMap<Key, Entry>>>);
 
 struct Entry {
     observer: Arc<Observer>,
+    /// Tells this entry from a later one for the same key (see `take_up`).
+    id: u64,
     /// The elections using it.
     users: usize,
     /// Counts the times `users` fell to 0: a linger timer closes the observer only if no
@@ -48,6 +53,8 @@ struct Entry {
 pub(crate) struct CampaignView {
     state: watch::Receiver<ElectionState>,
     key: Key,
+    /// The entry it uses.
+    id: u64,
     registry: CampaignObservers,
 }
 
@@ -60,7 +67,7 @@ impl CampaignView {
 
 impl Drop for CampaignView {
     fn drop(&mut self) {
-        self.registry.release(&self.key);
+        self.registry.release(&self.key, self.id);
     }
 }
 
@@ -94,40 +101,46 @@ impl Redlock {
 }
 
 impl CampaignObservers {
-    /// A view of the observer for `key`, if there is one.
+    /// A view of the observer for `key`, if there is one still running (one left by a runtime
+    /// that shut down, with its linger timer, is dropped).
     fn take_up(&self, key: &Key) -> Option<CampaignView> {
         let mut map = locked(&self.0);
+        if map.get(key).is_some_and(|e| !e.observer.is_running()) {
+            map.remove(key);
+        }
         let entry = map.get_mut(key)?;
         entry.users += 1;
-        Some(self.view(key.clone(), &entry.observer))
+        Some(self.view(key.clone(), entry))
     }
 
     /// Registers `observer` for `key` and a view of it; when another election registered one
     /// meanwhile, a view of that one (and `observer` closes as it drops).
     fn insert(&self, key: Key, observer: Arc<Observer>) -> CampaignView {
         let mut map = locked(&self.0);
-        let entry = map.entry(key.clone()).or_insert(Entry {
+        let entry = map.entry(key.clone()).or_insert_with(|| Entry {
             observer,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             users: 0,
             idled: 0,
         });
         entry.users += 1;
-        self.view(key, &entry.observer)
+        self.view(key, entry)
     }
 
-    fn view(&self, key: Key, observer: &Observer) -> CampaignView {
+    fn view(&self, key: Key, entry: &Entry) -> CampaignView {
         CampaignView {
-            state: observer.state(),
+            state: entry.observer.state(),
             key,
+            id: entry.id,
             registry: self.clone(),
         }
     }
 
-    /// An election stopped using the observer for `key`: the last one starts its linger.
-    fn release(&self, key: &Key) {
+    /// An election stopped using entry `id` for `key`: the last one starts its linger.
+    fn release(&self, key: &Key, id: u64) {
         let idled = {
             let mut map = locked(&self.0);
-            let Some(entry) = map.get_mut(key) else {
+            let Some(entry) = map.get_mut(key).filter(|e| e.id == id) else {
                 return;
             };
             entry.users = entry.users.saturating_sub(1);

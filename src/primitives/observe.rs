@@ -82,6 +82,11 @@ impl Observer {
         self.state.clone()
     }
 
+    /// Whether its read loop still runs (it ends with its runtime, or when closed).
+    pub(crate) fn is_running(&self) -> bool {
+        self.task.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
     /// Stops observing and closes the connections (QUIT), waiting for them.
     ///
     /// Cancellation: dropping the future still stops it; the connections close in the
