@@ -72,6 +72,7 @@ const FOLDERS: &[(&str, &[&str])] = &[
         &[
             "leader",
             "campaign",
+            "campaign_observers",
             "election",
             "observe",
             "semaphore_round",
@@ -122,7 +123,7 @@ const LAYERS: &[&[&str]] = &[
     &["lock", "inspect", "leader"],
     &["status"],
     &["renewal", "force", "observe"],
-    &["keepalive"],
+    &["keepalive", "campaign_observers"],
     &["semaphore_round", "rwlock_round", "campaign"],
     &["with_lock", "election", "semaphore", "lease", "rwlock"],
     &["config"],

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::base::error::{Error, Names, Result};
 use crate::hold::keepalive::KeepAliveOptions;
+pub(crate) use crate::primitives::campaign_observers::locked;
 use crate::primitives::campaign_observers::CampaignView;
 use crate::primitives::leader::{tally, ElectionState, Record, Written};
 use crate::rounds::lock::AcquireOptions;
@@ -220,11 +221,6 @@ fn reached(failure: &watch::Sender<Option<Error>>, e: Option<Error>, span: &trac
             failure.send_replace(Some(e));
         }
     }
-}
-
-/// Locks a mutex, a poisoned one included (its data is a plain value).
-pub(crate) fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The campaign task: win a term, hold it, campaign again; until stopped.

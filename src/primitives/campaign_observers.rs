@@ -19,13 +19,17 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::base::error::Result;
-use crate::primitives::campaign::locked;
 use crate::primitives::leader::ElectionState;
 use crate::primitives::observe::Observer;
 use crate::rounds::redlock::Redlock;
 
 /// How long a campaign observer that no election uses stays open.
 pub(crate) const LINGER: Duration = Duration::from_secs(10);
+
+/// Locks a mutex, a poisoned one included (its data is a plain value).
+pub(crate) fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// A resource and a campaign priority.
 type Key = (String, u32);
