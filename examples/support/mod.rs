@@ -1,10 +1,11 @@
 //! What the bench examples share: process and machine facts, medians, and the measurements
 //! that `bench` runs beside the ones of its own (`waiters`: `bench_waiters`'s contention rounds;
 //! `keepalive`: `bench_keepalive`'s child processes; `fleet`: the fleet table, P child processes
-//! on one lock). Included by each example with
+//! on one lock; `etcd`: etcd 3.4, the fleet table's peer). Included by each example with
 //! `#[path = "support/mod.rs"] mod support;`; each example uses only part of it.
 #![allow(dead_code)]
 
+pub mod etcd;
 pub mod fleet;
 pub mod keepalive;
 pub mod node_redlock;

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use fredlock::Redlock;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use super::super::etcd::{Etcd, LEASE_TTL_S};
 use super::super::{process_cpu, waiters};
 use super::{precise_hold, unix_ns, ChildResult, Client, Work, PERMITS, TERM, TTL};
 
@@ -63,11 +64,27 @@ enum Contender {
     Lock(Redlock),
     Permits(Redlock, fredlock::Semaphore),
     Rslock(rslock::LockManager),
+    /// etcd's lock service: one connection (a call at a time) and one lease.
+    Etcd(tokio::sync::Mutex<Etcd>, String),
+}
+
+/// A connection to etcd at `urls[0]` and a lease of [`LEASE_TTL_S`], warmed up with a lock and
+/// an unlock on a key of this child's own.
+async fn etcd(urls: &[String], warm: &str) -> (Etcd, String) {
+    let mut etcd = Etcd::connect(&urls[0]).await.expect("connect to etcd");
+    let lease = etcd.grant(LEASE_TTL_S).await.expect("an etcd lease");
+    let key = etcd.lock(warm, &lease).await.expect("etcd warm-up");
+    etcd.unlock(&key).await.expect("etcd warm-up");
+    (etcd, lease)
 }
 
 impl Contender {
     async fn build(work: Work, client: Client, urls: &[String], key: &str, index: usize) -> Self {
         let warm = format!("{key}:warm:{index}");
+        if client == Client::Etcd {
+            let (etcd, lease) = etcd(urls, &warm).await;
+            return Contender::Etcd(tokio::sync::Mutex::new(etcd), lease);
+        }
         if client == Client::Rslock {
             let manager = waiters::rslock(urls);
             let lock = manager
@@ -129,6 +146,17 @@ impl Contender {
                 m.unlock(&lock).await;
                 Some(waited)
             }
+            Contender::Etcd(etcd, lease) => {
+                let mut etcd = etcd.lock().await;
+                let lock = tokio::time::timeout_at(end, etcd.lock(key, lease))
+                    .await
+                    .ok()?
+                    .expect("etcd lock");
+                let waited = t0.elapsed();
+                precise_hold().await;
+                etcd.unlock(&lock).await.expect("etcd unlock");
+                Some(waited)
+            }
         }
     }
 }
@@ -147,6 +175,18 @@ pub async fn run(
     };
     // A candidate campaigns before the window (the fleet's start-up, 64 observers subscribing
     // and reading at once, is not a term's cost): the window sees the fleet in its steady state.
+    if (work, client) == (Work::Election, Client::Etcd) {
+        let (etcd, lease) = etcd(urls, &format!("{key}:warm:{index}")).await;
+        println!("READY");
+        let w = window().await;
+        tokio::time::sleep_until(w.start).await;
+        let cpu0 = process_cpu();
+        let mut result = etcd_campaign(etcd, &lease, key, w.end).await;
+        result.cpu_ms = process_cpu()
+            .zip(cpu0)
+            .map_or(0, |(b, a)| b.saturating_sub(a).as_millis() as u64);
+        return result;
+    }
     let elector = match work {
         Work::Election => {
             let redlock = warm_elector(urls, client, key, index).await;
@@ -233,6 +273,32 @@ async fn campaign(
         tokio::time::sleep(TERM).await;
         let resigned = unix_ns();
         election.resign().await;
+        result.acquired += 1;
+        result.terms.push((began, resigned));
+        tokio::time::sleep(TERM / 2).await;
+    }
+    result
+}
+
+/// [`campaign`] through etcd's election service: campaigns until `end`, each term held
+/// [`TERM`], then resigned, then a new campaign half a term later. A campaign still waiting at
+/// `end` is dropped with the connection (etcd then withdraws it).
+async fn etcd_campaign(
+    mut etcd: Etcd,
+    lease: &str,
+    key: &str,
+    end: tokio::time::Instant,
+) -> ChildResult {
+    let mut result = ChildResult::default();
+    while tokio::time::Instant::now() < end {
+        let Ok(leader) = tokio::time::timeout_at(end, etcd.campaign(key, lease)).await else {
+            break;
+        };
+        let leader = leader.expect("etcd campaign");
+        let began = unix_ns();
+        tokio::time::sleep(TERM).await;
+        let resigned = unix_ns();
+        etcd.resign(leader).await.expect("etcd resign");
         result.acquired += 1;
         result.terms.push((began, resigned));
         tokio::time::sleep(TERM / 2).await;

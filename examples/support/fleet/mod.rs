@@ -83,6 +83,10 @@ pub enum Client {
     /// leader ending each term with `step_down` (campaigning again at the back of the line)
     /// instead of resigning and making a new `Election`.
     StepDown,
+    /// etcd 3.4 (one member on tmpfs, through its JSON gateway; see `support::etcd`): its lock
+    /// service for the mutex, its election service for elections; each child one lease and
+    /// one connection. Measured only when the bench could start etcd.
+    Etcd,
 }
 
 impl Client {
@@ -92,6 +96,7 @@ impl Client {
             Client::Polling => "fredlock polling",
             Client::Rslock => "rslock 0.10",
             Client::StepDown => "fredlock step down",
+            Client::Etcd => "etcd 3.4",
         }
     }
     fn arg(self) -> &'static str {
@@ -100,6 +105,7 @@ impl Client {
             Client::Polling => "polling",
             Client::Rslock => "rslock",
             Client::StepDown => "stepdown",
+            Client::Etcd => "etcd",
         }
     }
     fn parse(s: &str) -> Option<Client> {
@@ -108,6 +114,7 @@ impl Client {
             Client::Polling,
             Client::Rslock,
             Client::StepDown,
+            Client::Etcd,
         ]
         .into_iter()
         .find(|c| c.arg() == s)
@@ -139,12 +146,23 @@ impl Work {
     pub fn parse(s: &str) -> Option<Work> {
         Work::ALL.into_iter().find(|w| w.name() == s)
     }
-    /// The clients measured for this workload (rslock has no semaphore and no election).
+    /// The clients measured for this workload (rslock has no semaphore and no election; etcd
+    /// has no semaphore and is left out when it could not be started).
     pub fn clients(self) -> &'static [Client] {
         match self {
-            Work::Mutex => &[Client::Default, Client::Polling, Client::Rslock],
+            Work::Mutex => &[
+                Client::Default,
+                Client::Polling,
+                Client::Rslock,
+                Client::Etcd,
+            ],
             Work::Semaphore => &[Client::Default, Client::Polling],
-            Work::Election => &[Client::Default, Client::Polling, Client::StepDown],
+            Work::Election => &[
+                Client::Default,
+                Client::Polling,
+                Client::StepDown,
+                Client::Etcd,
+            ],
         }
     }
 }
@@ -235,9 +253,12 @@ pub fn unix_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// Runs one cell: `processes` children of `client` on `work`, for `window`, over `urls`.
+/// Runs one cell: `processes` children of `client` on `work`, for `window`, each given
+/// `child_urls` (the Redis nodes' URLs, or etcd's), the counters read from the Redis nodes of
+/// `urls`.
 pub async fn run_cell(
     urls: &[String],
+    child_urls: &[String],
     key: &str,
     work: Work,
     client: Client,
@@ -247,7 +268,7 @@ pub async fn run_cell(
     let addrs = addrs(urls).await;
     let mut children = Vec::with_capacity(processes);
     for index in 0..processes {
-        children.push(spawn_child(urls, key, work, client, index));
+        children.push(spawn_child(child_urls, key, work, client, index));
     }
     let mut outputs = Vec::with_capacity(processes);
     for child in &mut children {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use fredlock::Redlock;
 
+use super::super::etcd::EtcdServer;
 use super::super::waiters::{self, Hold, Target};
 use super::{run_cell, Cell, Client, Work, PROCESSES};
 
@@ -42,6 +43,8 @@ impl Plan {
 /// Everything the fleet table shows.
 pub struct Fleet {
     pub cells: Vec<Cell>,
+    /// etcd's version when its cells were measured, or why they were not.
+    pub etcd: Result<String, String>,
     /// 16 waiters as tasks of this process: fredlock default and `tokio::sync::Mutex`, acq/s
     /// (medians of the rounds), and fredlock's commands per acquisition.
     pub in_process: Option<(f64, f64, f64)>,
@@ -55,17 +58,34 @@ pub struct Fleet {
 /// machine's load does not always fall on the same one); then the in-process row.
 pub async fn measure(urls: &[String], run: &str, plan: &Plan) -> Fleet {
     let load_before = super::super::loadavg();
+    let etcd = match plan
+        .works
+        .iter()
+        .any(|w| w.clients().contains(&Client::Etcd))
+    {
+        true => EtcdServer::start().await,
+        false => Err("no workload of this run has an etcd cell".into()),
+    };
+    if let Err(why) = &etcd {
+        eprintln!("bench: the fleet table runs without etcd: {why}");
+    }
+    let etcd_urls: Vec<String> = etcd.iter().map(|e| e.url.clone()).collect();
     let mut cells = Vec::new();
     for (i, &p) in PROCESSES.iter().enumerate() {
         for &work in &plan.works {
             let mut clients = work.clients().to_vec();
+            clients.retain(|&c| c != Client::Etcd || etcd.is_ok());
             if i % 2 == 1 {
                 clients.reverse();
             }
             for client in clients {
                 let key = format!("{run}:fleet:{}:{:?}:{p}", work.name(), client);
                 eprintln!("bench: fleet {} {} P={p} ...", work.name(), client.name());
-                let cell = run_cell(urls, &key, work, client, p, plan.window).await;
+                let child_urls = match client {
+                    Client::Etcd => &etcd_urls[..],
+                    _ => urls,
+                };
+                let cell = run_cell(urls, child_urls, &key, work, client, p, plan.window).await;
                 cells.push(cell);
             }
         }
@@ -76,6 +96,7 @@ pub async fn measure(urls: &[String], run: &str, plan: &Plan) -> Fleet {
     };
     Fleet {
         cells,
+        etcd: etcd.map(|e| e.version.clone()),
         in_process,
         window: plan.window,
         load_before,
@@ -147,15 +168,22 @@ impl Fleet {
                 0 => String::new(),
                 n => format!(" **{n} overlapping terms**"),
             };
+            // etcd's cells send the Redis nodes nothing, and etcd's own CPU is not read.
+            let (commands, nodes) = match c.client {
+                Client::Etcd => ("—".to_string(), "— (etcd)".to_string()),
+                _ => (
+                    format!("{:.1}", c.commands_per_acquisition),
+                    format!("{:.2}", c.server_cores),
+                ),
+            };
             println!(
-                "| {} | {} | {} | {:.0}{}{} | {:.1} | {}{:.1} / {:.1} / {:.0} | {} / {} ({:.2}) | {:.2} / {:.2} |",
+                "| {} | {} | {} | {:.0}{}{} | {commands} | {}{:.1} / {:.1} / {:.0} | {} / {} ({:.2}) | {:.2} / {nodes} |",
                 c.work.name(),
                 c.processes,
                 c.client.name(),
                 c.per_second,
                 if unit.is_empty() { "" } else { " " },
                 unit,
-                c.commands_per_acquisition,
                 if wait.is_empty() { String::new() } else { format!("{wait} ") },
                 c.p50_us / 1e3,
                 c.p99_us / 1e3,
@@ -164,7 +192,6 @@ impl Fleet {
                 c.most,
                 c.fewest as f64 / c.most.max(1) as f64,
                 c.client_cores,
-                c.server_cores,
             );
             if !overlaps.is_empty() {
                 println!("|  |  | {overlaps} |  |  |  |  |  |");
@@ -225,6 +252,16 @@ impl Fleet {
             d64 / r64,
             d64 / r64 >= 1.5,
         );
+        for n in PROCESSES {
+            let (ours, etcd) = (rate(m, d, n), rate(m, Client::Etcd, n));
+            measured_target(
+                &format!("mutex, P = {n}: acquisitions/s ≥ etcd 3.4's mutex"),
+                format!("{ours:.0}"),
+                format!("{etcd:.0}"),
+                ours / etcd,
+                ours >= etcd,
+            );
+        }
         for n in PROCESSES {
             let (c, rs) = (cmds(d, n), cmds(r, n));
             // At most 20 commands (the target was 25 before 2026-11-29).
@@ -306,6 +343,17 @@ impl Fleet {
             e64 / e4,
             e64 / e4 >= 0.9,
         );
+        for n in PROCESSES {
+            let p99 = |client| self.cell(e, client, n).map_or(f64::NAN, |c| c.p99_us);
+            let (ours, etcd) = (p99(d), p99(Client::Etcd));
+            measured_target(
+                &format!("election, P = {n}: handover p99 ≤ etcd 3.4's"),
+                format!("{:.1} ms", ours / 1e3),
+                format!("{:.1} ms", etcd / 1e3),
+                ours / etcd,
+                ours <= etcd,
+            );
+        }
         if let Some(c) = self.cell(Work::Election, d, 64) {
             let polling = self
                 .cell(Work::Election, p, 64)
@@ -349,6 +397,10 @@ impl Fleet {
             self.load_before,
             self.load_after
         );
+        match &self.etcd {
+            Ok(version) => println!("\netcd: {version}, one member, data on tmpfs, through its JSON gateway (one HTTP/1.1 connection and one lease per child; lock and election services)"),
+            Err(why) => println!("\netcd: not measured ({why})"),
+        }
         println!();
         self.print_cells();
         println!();
