@@ -428,3 +428,34 @@ async fn a_new_election_after_a_resign_reuses_the_campaign_observer() {
         "the campaign observer outlived Redlock::close"
     );
 }
+
+/// A term with no priorities in play reads no request to yield: per node, the fenced acquire's
+/// `GET` of the fencing counter, the claim's two (the counter, the lock key) and the release's
+/// one (the lock key), 4 in all. Only the campaigns use requests to yield, and they hear them on
+/// their own channel (fails when the claim's and the release's announcements read the request,
+/// as they did: 6 per node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_term_without_priorities_reads_no_request_to_yield() {
+    let (nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
+    let resource = common::unique("noyield");
+    // The first term sets up the campaign observer (its first read includes the request).
+    let first = redlock
+        .elect(resource.as_str(), Duration::from_secs(5))
+        .expect("elect");
+    first.leader().await;
+    first.resign().await;
+    let mut before = Vec::new();
+    for i in 0..3 {
+        before.push(common::command_calls(&nodes, i, "get").await);
+    }
+    let second = redlock
+        .elect(resource.as_str(), Duration::from_secs(5))
+        .expect("elect");
+    second.leader().await;
+    second.resign().await;
+    for (i, before) in before.iter().enumerate() {
+        let gets = common::command_calls(&nodes, i, "get").await - before;
+        assert_eq!(gets, 4, "node {i}: GET calls in a term");
+    }
+    redlock.close().await;
+}

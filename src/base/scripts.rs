@@ -715,11 +715,15 @@ return out
 /// The election scripts' shared functions:
 /// - `view(lock, record, yield)`: this node's view of the election, `{live, term, value,
 ///   priority, version, pttl, label, yield, yield_pttl}` (see [`ELECT_VIEW`]); `view_of` builds
-///   it from the lock's value and the record's fields when the script has them already;
+///   it from the lock's value and the record's fields when the script has them already, and
+///   reads the request to yield only when given its key (`yield_key`; without it the view has
+///   none: `''` and -2);
 /// - `announce(record, v, channel)`: publishes the view `v` on the record's name, or on
 ///   `channel` when given (the campaigns' channel `<record>|prio`, which hears only what
 ///   changes a campaign: a request to yield, a claim of another priority than the last term's);
-///   returns the number of receivers; so that observers
+///   returns the number of receivers. Only the campaigns use the requests to yield, and they
+///   listen on `<record>|prio` alone: what goes to the record's own channel (a claim, an
+///   extension, a resign) carries none, and its script does not read the request; so that observers
 ///   follow the change without reading: `view1:<live>:<term>:<priority>:<version>:<pttl>:
 ///   <yield_pttl>:<bytes of value>:<bytes of label>:` then the value, the label and the yield
 ///   request, back to back (the value may hold any character).
@@ -735,7 +739,8 @@ local function view_of(lock, r, lock_key, yield_key, lock_pttl)
     local sep = string.find(lock, '\31', 1, true)
     if sep then label = string.sub(lock, sep + 1) end
   end
-  local y = redis.call('GET', yield_key) or ''
+  local y = ''
+  if yield_key then y = redis.call('GET', yield_key) or '' end
   local ypttl = -2
   if y ~= '' then ypttl = redis.call('PTTL', yield_key) end
   -- No lock value: no key (GET fails on a key of another type), whose PTTL is -2. A
@@ -794,11 +799,13 @@ if t == term then
 end
 redis.call('HSET', KEYS[2], 'v', ARGV[1], 't', ARGV[2], 'val', ARGV[3], 'p', ARGV[4], 's', ARGV[5])
 -- The view without reading again what was just checked and written.
-local v = view_of(ARGV[1], {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]}, KEYS[1], KEYS[3],
-  tonumber(ARGV[6]))
-announce(KEYS[2], v)
--- Campaigns hear a claim only when the leader's priority changes (or there was no record).
-if tonumber(last[2] or '-1') ~= tonumber(ARGV[4]) then announce(KEYS[2], v, KEYS[2] .. '|prio') end
+local r = {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]}
+announce(KEYS[2], view_of(ARGV[1], r, KEYS[1], nil, tonumber(ARGV[6])))
+-- Campaigns hear a claim only when the leader's priority changes (or there was no record),
+-- with the request to yield.
+if tonumber(last[2] or '-1') ~= tonumber(ARGV[4]) then
+  announce(KEYS[2], view_of(ARGV[1], r, KEYS[1], KEYS[3], tonumber(ARGV[6])), KEYS[2] .. '|prio')
+end
 return 1
 "#
 );
@@ -841,12 +848,15 @@ return 1
 "#
 );
 
-/// Announces this node's view of an election to its observers (after a resign).
+/// Announces this node's view of an election to its observers (after a resign), without the
+/// request to yield (see `elect_lib`).
 /// KEYS: as [`ELECT_VIEW`]. Reply: the number of receivers.
 const ELECT_NOTIFY: &str = concat!(
     elect_lib!(),
     r#"
-return announce(KEYS[2], view(KEYS[1], KEYS[2], KEYS[3]))
+local lock = redis.call('GET', KEYS[1])
+local r = redis.call('HMGET', KEYS[2], 'v', 't', 'val', 'p', 's')
+return announce(KEYS[2], view_of(lock, r, KEYS[1]))
 "#
 );
 
@@ -861,7 +871,7 @@ const ELECT_EXTEND: &str = concat!(
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local r = redis.call('HMGET', KEYS[2], 'v', 't', 'val', 'p', 's')
-announce(KEYS[2], view_of(ARGV[1], r, KEYS[1], KEYS[3], tonumber(ARGV[2])))
+announce(KEYS[2], view_of(ARGV[1], r, KEYS[1], nil, tonumber(ARGV[2])))
 return 1
 "#
 );
@@ -882,7 +892,7 @@ if lock == ARGV[1] then
   lock = false
 end
 local r = redis.call('HMGET', KEYS[2], 'v', 't', 'val', 'p', 's')
-announce(KEYS[2], view_of(lock, r, KEYS[1], KEYS[3]))
+announce(KEYS[2], view_of(lock, r, KEYS[1]))
 return deleted
 "#
 );
