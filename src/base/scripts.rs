@@ -770,7 +770,7 @@ end
 /// the term: 1 for the claim, one more for each proclaim), KEYS[3]: the yield request, KEYS[4]
 /// (the claim only): the lock's fencing counter, raised to the term first, whatever else the
 /// script finds (a max-register, as FENCE_RAISE: the acquire handed the term out unraised, and
-/// the claim's quorum is the raise's).
+/// the claim's quorum is the raise's); the counter and the lock key are read with one `MGET`.
 /// ARGV[1]: the lock value, ARGV[2]: the term, ARGV[3]: the value, ARGV[4]: the priority,
 /// ARGV[5]: the version, ARGV[6] (optional): the lock's TTL to announce, in ms (no more than
 /// the key's: the caller's validity left); without it the script reads the key's `PTTL`. A version not newer than the stored one of the same term is
@@ -782,12 +782,23 @@ end
 const ELECT_CLAIM: &str = concat!(
     elect_lib!(),
     r#"
+local lock
 if KEYS[4] then
-  local c = tonumber(redis.call('GET', KEYS[4]) or '0')
+  -- The counter and the lock key in one read.
+  local v = redis.pcall('MGET', KEYS[4], KEYS[1])
+  -- A user whose ACL predates this script (no +mget): two reads.
+  if v.err then v = {redis.call('GET', KEYS[4]), redis.call('GET', KEYS[1])} end
+  -- MGET reads a key of another type as nil: GET says WRONGTYPE, as the reads it replaces.
+  if not v[1] then redis.call('GET', KEYS[4]) end
+  if not v[2] then redis.call('GET', KEYS[1]) end
+  local c = tonumber(v[1] or '0')
   if c == nil then return redis.error_reply('fencing counter ' .. KEYS[4] .. ' is not a number') end
   if c < tonumber(ARGV[2]) then redis.call('SET', KEYS[4], ARGV[2]) end
+  lock = v[2]
+else
+  lock = redis.call('GET', KEYS[1])
 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if lock ~= ARGV[1] then return 0 end
 local term = tonumber(ARGV[2])
 local last = redis.call('HMGET', KEYS[2], 't', 'p')
 local t = tonumber(last[1] or '0') or 0
