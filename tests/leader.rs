@@ -429,33 +429,48 @@ async fn a_new_election_after_a_resign_reuses_the_campaign_observer() {
     );
 }
 
-/// A term with no priorities in play reads no request to yield: per node, two `GET`s, the
-/// fenced acquire's of the fencing counter and the release's of the lock key (the claim reads
-/// the counter and the lock key with one `MGET`). Only the campaigns use requests to yield, and
-/// they hear them on their own channel (fails when the claim's and the release's announcements
-/// read the request, as they did: 6 per node; and with the claim's two `GET`s: 4).
+/// A term with no priorities in play costs each node three scripts (the acquire, the claim, the
+/// release with its announcement: on the line's gate too, whose release announced in a second
+/// script before) and reads no request to yield: `GET`s per node, the fenced acquire's of the
+/// fencing counter and, off the gate, the release's of the lock key (the claim reads the counter
+/// and the lock key with one `MGET`, the gate's release with the line's flag). Only the
+/// campaigns use requests to yield, and they hear them on their own channel. Fails when the
+/// announcements read the request, as they did (6 `GET`s per node), with the claim's two `GET`s
+/// (4), and with the gate's separate announcement (4 scripts on the gate).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_term_without_priorities_reads_no_request_to_yield() {
+async fn a_term_costs_each_node_three_scripts_and_reads_no_request_to_yield() {
     let (nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
     let resource = common::unique("noyield");
-    // The first term sets up the campaign observer (its first read includes the request).
+    let gate = redlock.line_node(&resource).expect("a gate");
+    // The first term sets up the campaign observer (its first read includes the request) and
+    // sends each script whole once.
     let first = redlock
         .elect(resource.as_str(), Duration::from_secs(5))
         .expect("elect");
     first.leader().await;
     first.resign().await;
+    let counts = |i: usize| {
+        let nodes = &nodes;
+        async move {
+            let scripts = common::command_calls(nodes, i, "evalsha").await
+                + common::command_calls(nodes, i, "eval").await;
+            (common::command_calls(nodes, i, "get").await, scripts)
+        }
+    };
     let mut before = Vec::new();
     for i in 0..3 {
-        before.push(common::command_calls(&nodes, i, "get").await);
+        before.push(counts(i).await);
     }
     let second = redlock
         .elect(resource.as_str(), Duration::from_secs(5))
         .expect("elect");
     second.leader().await;
     second.resign().await;
-    for (i, before) in before.iter().enumerate() {
-        let gets = common::command_calls(&nodes, i, "get").await - before;
-        assert_eq!(gets, 2, "node {i}: GET calls in a term");
+    for (i, (gets, scripts)) in before.into_iter().enumerate() {
+        let (gets_now, scripts_now) = counts(i).await;
+        let want = if i == gate { 1 } else { 2 };
+        assert_eq!(gets_now - gets, want, "node {i}: GET calls in a term");
+        assert_eq!(scripts_now - scripts, 3, "node {i}: scripts in a term");
     }
     redlock.close().await;
 }

@@ -471,6 +471,44 @@ return ''
 "#
 );
 
+/// `free()`: the body of [`GATE_FREE`] (see there), as a function that also returns what the
+/// lock key holds after it (`false`: nothing), for [`ELECT_GATE_FREE`]'s announcement.
+macro_rules! gate_free_fn {
+    () => {
+        r#"
+local function free()
+  local h = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  local lease = KEYS[2]
+  if h then lease = KEYS[3] .. '|' .. h end
+  local v = redis.pcall('MGET', KEYS[1], KEYS[2], lease)
+  -- A user whose ACL predates this script (no +mget): three reads.
+  if v.err then
+    v = {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2]), redis.call('GET', lease)}
+  end
+  -- MGET reads a key of another type as nil: GET says WRONGTYPE, as every release does.
+  if not v[1] then redis.call('GET', KEYS[1]) end
+  if v[1] and v[1] ~= ARGV[1] then return {0, ''}, v[1] end
+  local deleted = 0
+  if v[1] then
+    redis.call('DEL', KEYS[1])
+    if not v[2] then return {1, ''}, false end
+    deleted = 1
+  elseif not v[2] or ARGV[4] ~= 'w' then
+    return {0, ''}, false
+  end
+  -- The key is free and the line has (or had) members: the head's turn (its lease read above).
+  if h and not v[3] then h = live_head(KEYS[3], h) end
+  if h then
+    wake(h, ARGV[2], ARGV[3])
+    return {deleted, h}, false
+  end
+  redis.call('DEL', KEYS[2])
+  return {deleted, ''}, false
+end
+"#
+    };
+}
+
 /// A holder's release on its gate node, for a key known to have a line: the line's head, then
 /// one `MGET` of the key, its line's flag (set while the line has members) and the head's
 /// lease; without a flag, the compare-and-delete and nothing more; with one, the head is woken
@@ -484,34 +522,10 @@ return ''
 /// ever deleted, so a resend can only find it gone.
 const GATE_FREE: &str = concat!(
     line_lib!(),
+    gate_free_fn!(),
     r#"
-local h = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-local lease = KEYS[2]
-if h then lease = KEYS[3] .. '|' .. h end
-local v = redis.pcall('MGET', KEYS[1], KEYS[2], lease)
--- A user whose ACL predates this script (no +mget): three reads.
-if v.err then
-  v = {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2]), redis.call('GET', lease)}
-end
--- MGET reads a key of another type as nil: GET says WRONGTYPE, as every release does.
-if not v[1] then redis.call('GET', KEYS[1]) end
-if v[1] and v[1] ~= ARGV[1] then return {0, ''} end
-local deleted = 0
-if v[1] then
-  redis.call('DEL', KEYS[1])
-  if not v[2] then return {1, ''} end
-  deleted = 1
-elseif not v[2] or ARGV[4] ~= 'w' then
-  return {0, ''}
-end
--- The key is free and the line has (or had) members: the head's turn (its lease read above).
-if h and not v[3] then h = live_head(KEYS[3], h) end
-if h then
-  wake(h, ARGV[2], ARGV[3])
-  return {deleted, h}
-end
-redis.call('DEL', KEYS[2])
-return {deleted, ''}
+local out = free()
+return out
 "#
 );
 
@@ -908,6 +922,22 @@ return deleted
 "#
 );
 
+/// GATE_FREE for an election's term, and the announcement of the election's view on this node
+/// after it (what ELECT_NOTIFY sends, in the same script, without reading the lock key again).
+/// KEYS[1..3] and ARGV: as GATE_FREE; KEYS[4]: the election's record. Reply: as GATE_FREE. By
+/// EVALSHA, as GATE_FREE.
+const ELECT_GATE_FREE: &str = concat!(
+    line_lib!(),
+    elect_lib!(),
+    gate_free_fn!(),
+    r#"
+local out, lock = free()
+local r = redis.call('HMGET', KEYS[4], 'v', 't', 'val', 'p', 's')
+announce(KEYS[4], view_of(lock, r, KEYS[1]))
+return out
+"#
+);
+
 /// The scripts, hashed once per process.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -933,6 +963,7 @@ pub(crate) struct Scripts {
     pub(crate) sem_gate: Script,
     pub(crate) gate_release: Script,
     pub(crate) gate_free: Script,
+    pub(crate) elect_gate_free: Script,
     pub(crate) gate_flag: Script,
     pub(crate) pass: Script,
     pub(crate) gate_pass: Script,
@@ -986,6 +1017,7 @@ impl Scripts {
             gate_release: Script::eval_only(GATE_RELEASE),
             // Deletes only its caller's token, like a lone release (see the top of this file).
             gate_free: Script::new(GATE_FREE),
+            elect_gate_free: Script::new(ELECT_GATE_FREE),
             gate_flag: Script::new(GATE_FLAG),
             // Hand-overs create the waiter's key, as an acquire does: EVAL-only.
             pass: Script::eval_only(PASS),

@@ -84,6 +84,8 @@ pub(crate) enum Cached {
     GateFree = 2,
     /// `scripts::GATE_FLAG`, a lone release on a gate with no known line.
     GateFlag = 4,
+    /// `scripts::ELECT_GATE_FREE`, an election term's release on its gate.
+    ElectGateFree = 8,
 }
 
 impl Default for Caps {

@@ -109,9 +109,12 @@ impl Node {
             held.keys.as_slice(),
         ) {
             let caps = &self.state.caps;
+            // An election's term announces the election's view in its release's own script.
+            let announced = self.announced(held);
             // A key with no known line: through the batcher, like any release (see
             // `gate_free_batched`): the line's own script is never sent for it.
-            if let (Some(batch), false) = (&self.batch, held.custom || line.local.is_hot(key)) {
+            let lined = held.custom || line.local.is_hot(key) || announced.is_some();
+            if let (Some(batch), false) = (&self.batch, lined) {
                 return self
                     .gate_free_batched(batch, held, line, mode == "w", timeout)
                     .await;
@@ -119,24 +122,29 @@ impl Node {
             // A holder's release or a clean-up on a key with a line: by EVALSHA, one read, and
             // the head woken in the same call.
             let flag = format!("{}!", line.key);
-            let keys = [key.as_str(), flag.as_str(), line.key.as_str()];
+            let mut keys = vec![key.as_str(), flag.as_str(), line.key.as_str()];
+            let (script, cached) = match announced {
+                Some([_, record, _]) => {
+                    keys.push(record);
+                    (&scripts.elect_gate_free, Cached::ElectGateFree)
+                }
+                None => (&scripts.gate_free, Cached::GateFree),
+            };
             let argv = gate_free_argv(held, line, mode);
-            if caps.is_cached(Cached::GateFree) {
-                return self
-                    .script_on(&scripts.gate_free, &keys, &argv, timeout)
-                    .await;
+            if caps.is_cached(cached) {
+                return self.script_on(script, &keys, &argv, timeout).await;
             }
             // Whole until the server is known to have it: a NOSCRIPT resend would land after
             // whatever this Redlock sent the node meanwhile (a read would see the key held).
             let mut args = Vec::with_capacity(keys.len() + argv.len() + 2);
-            args.push(Value::from(scripts.gate_free.body));
+            args.push(Value::from(script.body));
             args.push(Value::Integer(keys.len() as i64));
             args.extend(keys.iter().map(|k| Value::from(*k)));
             args.extend(argv);
             let reply = self.call("EVAL", 2, args, timeout).await;
             let reply = crate::nodes::native::scripted(&self.state, reply);
             if reply.is_ok() {
-                caps.set_cached(Cached::GateFree, true);
+                caps.set_cached(cached, true);
             }
             return reply;
         }

@@ -520,20 +520,22 @@ impl Redlock {
     }
 
     /// Announces the view of `resource` to its observers after a term's release, on the nodes
-    /// whose release did not (see `ELECT_RESIGN`): the line's gate, whose release wakes the next
-    /// candidate in its own script, and Redis Cluster nodes. Best effort.
+    /// whose release did not: Redis Cluster nodes (a single server's release announces in its
+    /// own script: `ELECT_RESIGN`, or `ELECT_GATE_FREE` on the line's gate). Best effort.
     pub(crate) async fn notify_observers(&self, resource: &str) {
         let keys = self.election_keys(resource);
         let timeout = self.read_timeout();
-        let gate = self.line_node(resource);
         let nodes = &self.inner.nodes;
+        if !nodes.iter().any(|n| n.is_cluster()) {
+            return;
+        }
         self.record_round_with(
             &crate::base::scripts::Scripts::get().elect_notify,
             keys,
             Vec::new(),
             timeout,
             false,
-            |i| Some(i) == gate || nodes[i].is_cluster(),
+            |i| nodes[i].is_cluster(),
         )
         .await;
     }
