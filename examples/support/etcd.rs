@@ -48,9 +48,12 @@ impl EtcdServer {
         } else {
             std::env::temp_dir()
         };
-        let dir = base.join(format!("fredlock-bench-etcd-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
         let (client, peer) = (free_port()?, free_port()?);
+        let dir = base.join(format!(
+            "fredlock-bench-etcd-{}-{client}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
         let url = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
         let child = Command::new("etcd")

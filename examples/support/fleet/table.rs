@@ -58,18 +58,21 @@ pub struct Fleet {
 /// machine's load does not always fall on the same one); then the in-process row.
 pub async fn measure(urls: &[String], run: &str, plan: &Plan) -> Fleet {
     let load_before = super::super::loadavg();
-    let etcd = match plan
+    // Whether etcd starts here (its version); each etcd cell then gets a member of its own:
+    // the calls a cell's children leave waiting at the end of its window (a lock or a campaign
+    // dropped with its connection) stay in the member until their leases expire, and in one
+    // shared member they held up the next cells.
+    let wanted = plan
         .works
         .iter()
-        .any(|w| w.clients().contains(&Client::Etcd))
-    {
-        true => EtcdServer::start().await,
+        .any(|w| w.clients().contains(&Client::Etcd));
+    let etcd = match wanted {
+        true => EtcdServer::start().await.map(|e| e.version.clone()),
         false => Err("no workload of this run has an etcd cell".into()),
     };
     if let Err(why) = &etcd {
         eprintln!("bench: the fleet table runs without etcd: {why}");
     }
-    let etcd_urls: Vec<String> = etcd.iter().map(|e| e.url.clone()).collect();
     let mut cells = Vec::new();
     for (i, &p) in PROCESSES.iter().enumerate() {
         for &work in &plan.works {
@@ -81,12 +84,24 @@ pub async fn measure(urls: &[String], run: &str, plan: &Plan) -> Fleet {
             for client in clients {
                 let key = format!("{run}:fleet:{}:{:?}:{p}", work.name(), client);
                 eprintln!("bench: fleet {} {} P={p} ...", work.name(), client.name());
-                let child_urls = match client {
-                    Client::Etcd => &etcd_urls[..],
-                    _ => urls,
+                let member = match client {
+                    Client::Etcd => match EtcdServer::start().await {
+                        Ok(member) => Some(member),
+                        Err(why) => {
+                            eprintln!("bench: no etcd cell for {} P={p}: {why}", work.name());
+                            continue;
+                        }
+                    },
+                    _ => None,
+                };
+                let etcd_urls: Vec<String> = member.iter().map(|e| e.url.clone()).collect();
+                let child_urls = match member {
+                    Some(_) => &etcd_urls[..],
+                    None => urls,
                 };
                 let cell = run_cell(urls, child_urls, &key, work, client, p, plan.window).await;
                 cells.push(cell);
+                drop(member);
             }
         }
     }
@@ -96,7 +111,7 @@ pub async fn measure(urls: &[String], run: &str, plan: &Plan) -> Fleet {
     };
     Fleet {
         cells,
-        etcd: etcd.map(|e| e.version.clone()),
+        etcd,
         in_process,
         window: plan.window,
         load_before,
@@ -398,7 +413,7 @@ impl Fleet {
             self.load_after
         );
         match &self.etcd {
-            Ok(version) => println!("\netcd: {version}, one member, data on tmpfs, through its JSON gateway (one HTTP/1.1 connection and one lease per child; lock and election services)"),
+            Ok(version) => println!("\netcd: {version}, one member per cell, data on tmpfs, through its JSON gateway (one HTTP/1.1 connection and one lease per child; lock and election services)"),
             Err(why) => println!("\netcd: not measured ({why})"),
         }
         println!();
