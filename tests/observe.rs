@@ -496,8 +496,13 @@ async fn a_change_of_leader_among_equals_wakes_no_candidate() {
     a.leader().await;
     let b = other.elect(resource.as_str(), LONG_TTL).expect("elect");
     assert!(common::lines::line_has(&nodes, &other, &resource, 1).await);
-    let mut told = listen(&nodes, 0, &record).await;
-    let mut campaigns = listen(&nodes, 0, &format!("{record}|prio")).await;
+    // On the line's gate: `b` is woken by the release there, so its claim always finds its key
+    // there. (Elsewhere `a`'s release may still be on its way when `b` acquires, after `a`'s
+    // resign returned with a quorum: `b` then leads without that node, whose only message is
+    // the late resign's.)
+    let gate = redlock.line_node(&resource).expect("a gate");
+    let mut told = listen(&nodes, gate, &record).await;
+    let mut campaigns = listen(&nodes, gate, &format!("{record}|prio")).await;
     a.resign().await;
     b.leader().await;
     // The resign and the claim, on the record's channel; nothing on the campaigns'.

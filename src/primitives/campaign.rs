@@ -292,7 +292,7 @@ impl Campaign {
             // The term's counter is raised by the claim, in the script that writes the record:
             // one round and one script per node fewer before the term starts.
             options.raise_later = true;
-            // Its release tells observers, in the same script (but on the line's gate).
+            // Its release tells observers, in the same script (on the line's gate too).
             options.announce = true;
             if in_line {
                 // Failures are told while it waits, not when the wait ends.
