@@ -879,9 +879,7 @@ return 1
 const ELECT_NOTIFY: &str = concat!(
     elect_lib!(),
     r#"
-local lock = redis.call('GET', KEYS[1])
-local r = redis.call('HMGET', KEYS[2], 'v', 't', 'val', 'p', 's')
-return announce(KEYS[2], view_of(lock, r, KEYS[1]))
+return announce(KEYS[2], view(KEYS[1], KEYS[2]))
 "#
 );
 
