@@ -60,6 +60,9 @@ pub(crate) enum Scripts {
 pub(crate) struct Caps {
     native: AtomicU8,
     scripts: AtomicU8,
+    /// Scripts refused so far (`deny_scripts`): a probe that started before the latest refusal
+    /// does not undo it with the older answer it got.
+    denials: std::sync::atomic::AtomicU64,
     /// `Valkey 9.1.2`, `Redis 7.0.15`, or `this server` when `INFO` could not be read.
     server: Mutex<String>,
     /// The server's words when it refused a script (`NOPERM User app has no permissions ...`).
@@ -93,6 +96,7 @@ impl Default for Caps {
         Caps {
             native: AtomicU8::new(0),
             scripts: AtomicU8::new(0),
+            denials: std::sync::atomic::AtomicU64::new(0),
             server: Mutex::new("this server".into()),
             denied: Mutex::new(String::new()),
             cached: AtomicU8::new(0),
@@ -131,12 +135,26 @@ impl Caps {
 
     /// A script was refused with `words` (`NOPERM ...`).
     pub(crate) fn deny_scripts(&self, words: &str) {
-        *self.denied.lock().unwrap_or_else(|p| p.into_inner()) = words.to_string();
+        let mut denied = self.denied.lock().unwrap_or_else(|p| p.into_inner());
+        *denied = words.to_string();
         self.scripts.store(2, Ordering::Relaxed);
+        self.denials.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn allow_scripts(&self) {
-        self.scripts.store(1, Ordering::Relaxed);
+    /// Scripts may run, as a probe begun when [`Caps::denials`] was `seen` found: unless a
+    /// script was refused since (an ACL change while the probe's answers were on their way).
+    fn allow_scripts(&self, seen: u64) {
+        // Under the lock `deny_scripts` holds: a refusal is either counted here or comes after.
+        let _denied = self.denied.lock().unwrap_or_else(|p| p.into_inner());
+        if self.denials.load(Ordering::Relaxed) == seen {
+            self.scripts.store(1, Ordering::Relaxed);
+        }
+    }
+
+    /// How many script refusals this node has learnt (see `allow_scripts`).
+    fn denials(&self) -> u64 {
+        let _denied = self.denied.lock().unwrap_or_else(|p| p.into_inner());
+        self.denials.load(Ordering::Relaxed)
     }
 
     /// Whether `script` is known to be in the server's script cache.
@@ -285,6 +303,7 @@ pub(crate) async fn probe(client: &Client, info: Option<&str>, caps: &Caps) -> b
         ..Options::default()
     };
     let with = client.with_options(&opts);
+    let denials = caps.denials();
     let random = format!("{:032x}", rand::random::<u128>());
     let key = format!("fredlock:probe:{random}");
     let send = |cmd: &'static str, offset: usize, args: Vec<Value>| {
@@ -318,7 +337,7 @@ pub(crate) async fn probe(client: &Client, info: Option<&str>, caps: &Caps) -> b
         return false;
     };
     match (scripts, &script) {
-        (true, _) => caps.allow_scripts(),
+        (true, _) => caps.allow_scripts(denials),
         (false, Err(e)) => caps.deny_scripts(e.details()),
         (false, Ok(_)) => caps.deny_scripts("scripts are not available"),
     }
@@ -359,5 +378,11 @@ mod tests {
         caps.set_native(Native::DelIfEq);
         assert_eq!(caps.no_lock(), None);
         assert!(caps.no_script().expect("no script").contains("+@scripting"));
+        // A probe begun before that refusal does not undo it with its older answer.
+        let seen = caps.denials() - 1;
+        caps.allow_scripts(seen);
+        assert!(caps.no_script().is_some(), "a stale probe allowed scripts");
+        caps.allow_scripts(caps.denials());
+        assert!(caps.no_script().is_none(), "a fresh probe's answer counts");
     }
 }
