@@ -269,13 +269,19 @@ async fn only_a_waiter_with_no_one_ahead_renews_the_line() {
 /// A waiter two places or more behind the head renews its place with one command (`SET` of its
 /// lease, `XX`) at its timers, and asks its place (`ZRANK`) at every fifth, looking at the gate
 /// (a script) only once it is the head or right behind it: only those two look every second (a
-/// lost wake-up, a dead head). Its place stays alive meanwhile, and once the waiters ahead are
-/// gone, its next question finds it at the head: it looks, and takes the freed lock. Fails when
-/// every timer looks (a script a second), or when the fifth looks without asking.
+/// lost wake-up, a dead head); a newcomer, told at its join only that it is behind the head,
+/// asks its place at its first timer instead of looking. Its place stays alive meanwhile, and
+/// once the waiters ahead are gone, its next question finds it at the head: it looks, and takes
+/// the freed lock. Fails when every timer looks (a script a second), when the newcomer's first
+/// timer looks, or when the fifth looks without asking.
 #[tokio::test]
 async fn a_waiter_far_behind_the_head_renews_its_place_with_one_command() {
     let nodes = LocalNodes::start(3).await.unwrap();
     let waiter = build(nodes.urls(), |b| b.retry(retry(u32::MAX, 20, 20))).await;
+    // Its wake-ups up, it asks no place at its join (a waiter that polls always asks).
+    let holder = build(nodes.urls(), |b| b).await;
+    wake_ups_up(&nodes, &holder, &waiter).await;
+    holder.close().await;
     let r = unique("far");
     let (key, line) = (waiter.key(&r), line_key(&waiter, &r));
     let gate = waiter.line_node(&r).unwrap();
@@ -297,20 +303,26 @@ async fn a_waiter_far_behind_the_head_renews_its_place_with_one_command() {
         })
         .await
     };
-    let before = command_calls(nodes, gate, "set").await;
-    assert!(sets(before + 1).await, "the waiter renewed its place");
-    let (scripts, asked) = (
+    let (before, scripts, joined_asked) = (
+        command_calls(nodes, gate, "set").await,
         script_calls(nodes, gate).await,
         command_calls(nodes, gate, "zrank").await,
     );
+    assert!(sets(before + 1).await, "the waiter renewed its place");
+    // Told at its join only that it is behind the head, it asks its place at its first renewal.
+    let asked_first = eventually(Duration::from_secs(5), || async {
+        command_calls(nodes, gate, "zrank").await > joined_asked
+    });
+    assert!(asked_first.await, "the newcomer did not ask its place");
     assert!(
         sets(before + 3).await,
         "the waiter renewed its place twice more"
     );
+    let asked = command_calls(nodes, gate, "zrank").await;
     assert_eq!(
         script_calls(nodes, gate).await - scripts,
         0,
-        "a waiter two places behind the head looked at every timer"
+        "a waiter two places behind the head looked at a timer (its first, or every one)"
     );
     let members = line_members(nodes, &waiter, &r).await;
     assert_eq!(members.len(), 3, "the waiter kept its place: {members:?}");

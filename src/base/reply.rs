@@ -27,6 +27,9 @@ pub(crate) struct Queue {
     /// Place in the line: 0 = head, 1.. = behind it (the exact place only when asked for),
     /// -1 = not in it (the acquire does not wait).
     pub(crate) rank: i64,
+    /// `rank` is the exact place; `false` when the gate was not asked for it (a newcomer's
+    /// join): then 1 means "somewhere behind the head".
+    pub(crate) exact: bool,
     /// For the head, the lock key's PTTL on the gate in ms (-1: a key without expiry); below
     /// -1 otherwise (not read; [`Queue::IN_PROCESS`]: not asked at all).
     pub(crate) pttl: i64,
@@ -35,7 +38,11 @@ pub(crate) struct Queue {
 impl Queue {
     /// Queued behind a waiter of the same `Redlock` without asking any node (see
     /// `handover`): second in line as far as the waiter's timer goes, and not in the gate's line.
-    pub(crate) const IN_PROCESS: Queue = Queue { rank: 1, pttl: -4 };
+    pub(crate) const IN_PROCESS: Queue = Queue {
+        rank: 1,
+        exact: true,
+        pttl: -4,
+    };
 }
 
 impl Acquired {
@@ -50,8 +57,14 @@ impl Acquired {
 }
 
 /// The gate acquire script's reply: `{1, counter}` granted (the counter is the fencing
-/// counter's value when `fenced`), `{0, rank, pttl}` refused with the waiter's place in line.
-pub(crate) fn gate_acquired(node: &str, reply: Result<Value, NodeError>, fenced: bool) -> Acquired {
+/// counter's value when `fenced`), `{0, rank, pttl}` refused with the waiter's place in line
+/// (the exact place when `ranked`: the script was asked for it).
+pub(crate) fn gate_acquired(
+    node: &str,
+    reply: Result<Value, NodeError>,
+    fenced: bool,
+    ranked: bool,
+) -> Acquired {
     match reply {
         Ok(Value::Array(parts)) => match parts.as_slice() {
             [Value::Integer(1), c, rest @ ..] if rest.len() <= 1 => {
@@ -76,6 +89,7 @@ pub(crate) fn gate_acquired(node: &str, reply: Result<Value, NodeError>, fenced:
                 Acquired {
                     queue: Some(Queue {
                         rank: *rank,
+                        exact: ranked || *rank <= 0,
                         pttl: *pttl,
                     }),
                     ..Acquired::plain(Vote::Refused)

@@ -74,7 +74,7 @@ impl Node {
         let reply = self
             .script_on(&scripts.gate_acquire, &keys, &argv, timeout)
             .await;
-        reply::gate_acquired(&self.name, reply, !held.fence_keys.is_empty())
+        reply::gate_acquired(&self.name, reply, !held.fence_keys.is_empty(), line.rank)
     }
 
     /// The release on a gate: a holder's release or a clean-up by `scripts::GATE_FREE` (by

@@ -166,7 +166,14 @@ impl Slots<'_> {
             if rank > 0 || winning_position(&taken.answers, self.permits, inner.quorum).is_none() {
                 let votes = slot_votes(&taken.answers, None);
                 self.release_everywhere(&taken, guard, ttl).await;
-                return Err(Failure::Queued(votes, Queue { rank, pttl: -1 }));
+                return Err(Failure::Queued(
+                    votes,
+                    Queue {
+                        rank,
+                        exact: true,
+                        pttl: -1,
+                    },
+                ));
             }
         }
         self.settle(taken, guard, ttl, timeout, || {

@@ -360,8 +360,9 @@ impl<'a> Acquiring<'a> {
 
     /// A waiter two or more places behind its line's head, as the gate last told it, renews its
     /// place with one command when its timer fires ([`Node::renew_place`]) instead of looking at
-    /// the gate (about 7 commands); at every [`LOOK_EVERY`]-th renewal it also asks its place
-    /// (`ZRANK`, [`Node::place_rank`]) and looks only once it is the head or right behind it:
+    /// the gate (about 5 commands); at every [`LOOK_EVERY`]-th renewal (a newcomer, told only
+    /// that it is behind the head: at its first) it also asks its place (`ZRANK`,
+    /// [`Node::place_rank`]) and looks only once it is the head or right behind it:
     /// the head's looks notice a lost wake-up and the next waiter's notice a dead head (each
     /// within [`RENEW`]), and only those two can take the next turn. Whether it renewed (and may
     /// wait again, `p` told its new place); `false` when it should look now (its place's lease
@@ -374,7 +375,10 @@ impl<'a> Acquiring<'a> {
         let Some(place) = self.place.as_mut() else {
             return false;
         };
-        let far = p.queue.is_some_and(|q| q.rank >= 2);
+        // A newcomer knows only that it is behind the head: it renews and asks its place
+        // (2 commands) rather than looking (5), and looks only when it is right behind it.
+        let unknown = p.queue.is_some_and(|q| !q.exact && q.rank >= 1);
+        let far = unknown || p.queue.is_some_and(|q| q.rank >= 2);
         let woken = place.inner.wake.is_some() && place.inner.line.is_up(place.line.gate);
         if !far || !woken || spent {
             place.renewals = 0;
@@ -389,7 +393,7 @@ impl<'a> Acquiring<'a> {
             return false;
         }
         place.renewals += 1;
-        if place.renewals < LOOK_EVERY {
+        if place.renewals < LOOK_EVERY && !unknown {
             return true;
         }
         place.renewals = 0;
@@ -399,6 +403,7 @@ impl<'a> Acquiring<'a> {
         ) {
             (Ok(Some(rank)), Some(q)) if rank >= 2 => {
                 q.rank = rank;
+                q.exact = true;
                 true
             }
             _ => false,
