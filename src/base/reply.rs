@@ -28,7 +28,7 @@ pub(crate) struct Queue {
     /// -1 = not in it (the acquire does not wait).
     pub(crate) rank: i64,
     /// `rank` is the exact place; `false` when the gate was not asked for it (a newcomer's
-    /// join): then 1 means "somewhere behind the head".
+    /// join): then 1 means "somewhere behind the head" and 2 "two places or more behind it".
     pub(crate) exact: bool,
     /// For the head, the lock key's PTTL on the gate in ms (-1: a key without expiry); below
     /// -1 otherwise (not read; [`Queue::IN_PROCESS`]: not asked at all).

@@ -284,8 +284,9 @@ end
 /// a head whose lease is gone is left to the waiters' looks), or '' (look at the head).
 /// Reply: `{1, counter}` set (counter 0 without fencing, -1 when not a number), `{1, counter,
 /// 1}` set for the head of a line (others may still wait); `{0, rank,
-/// pttl}` refused: the waiter's place in the line (0 = head, 1.. = behind it: 1 unless asked
-/// for the rank, -1 = not in it) and, for the head and for a caller that does not wait, the
+/// pttl}` refused: the waiter's place in the line (0 = head, 1.. = behind it: unless asked for
+/// the rank, 1, or 2 for a newcomer that found two members or more ahead; -1 = not in it) and,
+/// for the head and for a caller that does not wait, the
 /// lock key's PTTL (-2: free, refused for the line alone; -3: not read).
 const GATE_ACQUIRE: &str = concat!(
     line_lib!(),
@@ -298,7 +299,7 @@ local function take(lined)
   if lined then return {1, c, 1} end
   return {1, c}
 end
-local h, edge, known = nil, nil, false
+local h, edge, known, ahead = nil, nil, false, 1
 if me ~= '' and how == 'turn' then
   -- Woken as the head: out of the line and granted in two commands. (A user whose ACL
   -- predates this script, without +zpopmin, looks at the head below.)
@@ -312,11 +313,13 @@ if me ~= '' and how == 'turn' then
   -- Back at its place (anyone else, or the head refused by a key still held).
   if first[1] then redis.call('ZADD', line, first[2], first[1]) end
 elseif me ~= '' and how == 'new' then
-  -- Not in the line yet: its tail says whether anyone is ahead (a head whose lease is gone
-  -- is left to the waiters' looks).
-  local tail = redis.call('ZRANGE', line, -1, -1, 'WITHSCORES')
-  if tail[1] ~= me then
-    edge, h, known = tail, tail[1], true
+  -- Not in the line yet: its last two entries say whether anyone is ahead, and whether two
+  -- are (a head whose lease is gone is left to the waiters' looks).
+  local last = redis.call('ZRANGE', line, -2, -1, 'WITHSCORES')
+  local n = #last
+  if last[n - 1] ~= me then
+    edge, h, known = {last[n - 1], last[n]}, last[n - 1], true
+    if n == 4 and last[1] ~= me then ahead = 2 end
     if h == nil then
       local g = take(false)
       if g then return g end
@@ -348,7 +351,7 @@ if edge == nil and ARGV[5] == 'rank' then
 end
 join(line, me, ARGV[4], false, false, edge)
 if ARGV[5] == 'rank' then return {0, rank or redis.call('ZRANK', line, me), -3} end
-return {0, 1, -3}
+return {0, ahead, -3}
 "#
 );
 

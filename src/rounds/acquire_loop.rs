@@ -360,8 +360,8 @@ impl<'a> Acquiring<'a> {
 
     /// A waiter two or more places behind its line's head, as the gate last told it, renews its
     /// place with one command when its timer fires ([`Node::renew_place`]) instead of looking at
-    /// the gate (about 5 commands); at every [`LOOK_EVERY`]-th renewal (a newcomer, told only
-    /// that it is behind the head: at its first) it also asks its place (`ZRANK`,
+    /// the gate (about 5 commands); at every [`LOOK_EVERY`]-th renewal (a waiter told only that
+    /// it is behind the head: at its first) it also asks its place (`ZRANK`,
     /// [`Node::place_rank`]) and looks only once it is the head or right behind it:
     /// the head's looks notice a lost wake-up and the next waiter's notice a dead head (each
     /// within [`RENEW`]), and only those two can take the next turn. Whether it renewed (and may
@@ -375,9 +375,9 @@ impl<'a> Acquiring<'a> {
         let Some(place) = self.place.as_mut() else {
             return false;
         };
-        // A newcomer knows only that it is behind the head: it renews and asks its place
-        // (2 commands) rather than looking (5), and looks only when it is right behind it.
-        let unknown = p.queue.is_some_and(|q| !q.exact && q.rank >= 1);
+        // Told only that it is behind the head: it renews and asks its place (2 commands)
+        // rather than looking (5), and looks only when it is right behind it.
+        let unknown = p.queue.is_some_and(|q| !q.exact && q.rank == 1);
         let far = unknown || p.queue.is_some_and(|q| q.rank >= 2);
         let woken = place.inner.wake.is_some() && place.inner.line.is_up(place.line.gate);
         if !far || !woken || spent {
