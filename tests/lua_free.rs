@@ -201,29 +201,56 @@ async fn valkey_batched_keep_alive_without_scripts_answers_each_lock() {
         .map(|l| l.expect("acquire"))
         .collect();
     let (taken, wrong) = (7, 23);
+    // An acquire returns at a quorum: its third node's SET may still be on its way, and landing
+    // after the DEL below it would give the lock back its quorum (seen once: a hang in
+    // `lost()`). Both keys on every node first.
+    for name in [&names[taken], &names[wrong]] {
+        let key = redlock.key(name);
+        let everywhere = eventually(Duration::from_secs(10), || async {
+            for i in 0..nodes.len() {
+                let reply = nodes.command(i, &["EXISTS", &key]).await.expect("EXISTS");
+                if reply != RespValue::Integer(1) {
+                    return false;
+                }
+            }
+            true
+        });
+        assert!(everywhere.await, "{key} was not set on every node");
+    }
     for i in [0, 1] {
         let key = redlock.key(&names[taken]);
-        nodes
+        let reply = nodes
             .command(i, &["SET", &key, "someone-else"])
             .await
             .expect("SET");
+        assert!(format!("{reply:?}").contains("OK"), "SET: {reply:?}");
         let key = redlock.key(&names[wrong]);
         nodes.command(i, &["DEL", &key]).await.expect("DEL");
-        nodes
+        let reply = nodes
             .command(i, &["RPUSH", &key, "not-a-lock"])
             .await
             .expect("RPUSH");
+        assert_eq!(reply, RespValue::Integer(1), "RPUSH on node {i}");
     }
     let guards: Vec<_> = locks.into_iter().map(|l| l.keep_alive()).collect();
-    assert_eq!(guards[taken].lost().await, LostReason::TokenGone);
-    assert_eq!(guards[wrong].lost().await, LostReason::Expired);
+    // Bounded, so that a lock that stays held fails the test instead of hanging it.
+    let bound = Duration::from_secs(30);
+    let lost = |i: usize| tokio::time::timeout(bound, guards[i].lost());
+    assert_eq!(
+        lost(taken).await.expect("taken lost"),
+        LostReason::TokenGone
+    );
+    assert_eq!(lost(wrong).await.expect("wrong lost"), LostReason::Expired);
     for (i, g) in guards.iter().enumerate() {
         if i == taken || i == wrong {
             continue;
         }
         let handle = g.handle();
         while handle.extensions() < 3 {
-            handle.changed().await.expect("kept alive");
+            tokio::time::timeout(bound, handle.changed())
+                .await
+                .expect("extended within the bound")
+                .expect("kept alive");
         }
     }
     for (i, g) in guards.into_iter().enumerate() {
