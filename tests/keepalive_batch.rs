@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use fredlock::{KeepAlive, KeepAliveOptions, LostReason, Redlock};
-use fredlock_testkit::{Fault, LocalCluster, LocalNodes};
+use fredlock_testkit::{Fault, LocalCluster, LocalNodes, RespValue};
 use futures::StreamExt;
 
 /// Acquires `names` (64 at a time) for `ttl` and keeps each alive with `options`.
@@ -36,6 +36,32 @@ async fn keep_all(
                 .expect("options")
         })
         .collect()
+}
+
+/// Waits until every node holds the key of each of `names`: an acquire returns at a quorum,
+/// and its last node's `SET` landing after a test's `DEL` there would give the lock its quorum
+/// back (a lost() that never fires).
+async fn on_every_node(nodes: &LocalNodes, redlock: &Redlock, names: &[String]) {
+    for name in names {
+        let key = redlock.key(name);
+        let everywhere = eventually(Duration::from_secs(10), || async {
+            for i in 0..nodes.len() {
+                let reply = nodes.command(i, &["EXISTS", &key]).await.expect("EXISTS");
+                if reply != RespValue::Integer(1) {
+                    return false;
+                }
+            }
+            true
+        });
+        assert!(everywhere.await, "{key} never reached every node");
+    }
+}
+
+/// `lost()`, bounded: a lock that stays held fails the test instead of hanging it.
+async fn lost_within(guard: &KeepAlive, bound: Duration) -> LostReason {
+    tokio::time::timeout(bound, guard.lost())
+        .await
+        .unwrap_or_else(|_| panic!("{:?} not lost within {bound:?}", guard.resources()))
 }
 
 fn names(prefix: &str, n: usize) -> Vec<String> {
@@ -153,6 +179,7 @@ async fn a_batch_cut_by_a_reset_loses_only_the_locks_a_quorum_lost() {
     let ttl = Duration::from_secs(3);
     let all = names("reset", 36);
     let guards = keep_all(&redlock, &all, ttl, KeepAliveOptions::default()).await;
+    on_every_node(&nodes, &redlock, &all).await;
     // Thirds: intact; gone from node 1 only (nodes 0 and 2 still a quorum, but node 0 is
     // needed); gone from nodes 1 and 2 (a majority lost it).
     for (i, r) in all.iter().enumerate() {
@@ -184,7 +211,8 @@ async fn a_batch_cut_by_a_reset_loses_only_the_locks_a_quorum_lost() {
         .map(|(_, g)| g)
         .collect();
     for g in &lost {
-        assert_eq!(g.lost().await, LostReason::TokenGone, "{:?}", g.resources());
+        let reason = lost_within(g, Duration::from_secs(30)).await;
+        assert_eq!(reason, LostReason::TokenGone, "{:?}", g.resources());
     }
     extended_at_least(&kept, 3, ttl * 4).await;
     for (i, g) in guards.into_iter().enumerate() {
@@ -207,20 +235,29 @@ async fn one_bad_lock_in_a_batch_is_lost_alone() {
     let all = names("alone", 40);
     let guards = keep_all(&redlock, &all, ttl, KeepAliveOptions::default()).await;
     let (taken, wrong) = (7, 23);
+    on_every_node(&nodes, &redlock, &[all[taken].clone(), all[wrong].clone()]).await;
     for i in [0, 1] {
         let key = redlock.key(&all[taken]);
         nodes.set(i, &key, "someone-else").await.expect("SET");
         let key = redlock.key(&all[wrong]);
         nodes.command(i, &["DEL", &key]).await.expect("DEL");
-        nodes
+        let reply = nodes
             .command(i, &["RPUSH", &key, "not-a-lock"])
             .await
             .expect("RPUSH");
+        assert_eq!(reply, RespValue::Integer(1), "RPUSH on node {i}");
     }
     let before = script_calls(&nodes, 2).await;
-    assert_eq!(guards[taken].lost().await, LostReason::TokenGone);
+    let bound = Duration::from_secs(30);
+    assert_eq!(
+        lost_within(&guards[taken], bound).await,
+        LostReason::TokenGone
+    );
     // Failed on two nodes: no quorum, retried until the deadline, then lost.
-    assert_eq!(guards[wrong].lost().await, LostReason::Expired);
+    assert_eq!(
+        lost_within(&guards[wrong], bound).await,
+        LostReason::Expired
+    );
     let others: Vec<&KeepAlive> = guards
         .iter()
         .enumerate()

@@ -207,13 +207,9 @@ async fn valkey_batched_keep_alive_without_scripts_answers_each_lock() {
     for name in [&names[taken], &names[wrong]] {
         let key = redlock.key(name);
         let everywhere = eventually(Duration::from_secs(10), || async {
-            for i in 0..nodes.len() {
-                let reply = nodes.command(i, &["EXISTS", &key]).await.expect("EXISTS");
-                if reply != RespValue::Integer(1) {
-                    return false;
-                }
-            }
-            true
+            exists(&nodes, 0, &key).await
+                && exists(&nodes, 1, &key).await
+                && exists(&nodes, 2, &key).await
         });
         assert!(everywhere.await, "{key} was not set on every node");
     }
