@@ -421,7 +421,9 @@ async fn nobody_reads_while_the_leader_extends() {
 /// A resign's release tells observers in the same script on every node but the line's gate
 /// (whose release wakes the next candidate in its own): one script per node there, where the
 /// release and the notification were two; the observer sees the vacancy from those messages.
-/// A failed attempt's clean-up announces nothing (the idle-candidate test counts the reads).
+/// Where it deleted the term's key, the script announces a view that is not live without
+/// reading the election's record (`HMGET`: one command per node and term fewer). A failed
+/// attempt's clean-up announces nothing (the idle-candidate test counts the reads).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resign_tells_observers_in_its_release_script() {
     let (nodes, redlock) = common::local_with(3, |b| b.retry(RETRY)).await;
@@ -437,13 +439,19 @@ async fn a_resign_tells_observers_in_its_release_script() {
         settled_calls(&nodes, "evalsha").await;
         let before = scripts().await;
         let published = settled_calls(&nodes, "publish").await;
+        let read = settled_calls(&nodes, "hmget").await;
         term.resign().await;
         assert!(
             shows(&mut rx, Duration::from_secs(5), Option::is_none).await,
             "resign not shown"
         );
-        // One announcement per node, as before.
+        // One announcement per node, as before, and no read of the record.
         assert_eq!(settled_calls(&nodes, "publish").await - published, 3);
+        assert_eq!(
+            settled_calls(&nodes, "hmget").await - read,
+            0,
+            "a resign read the election's record where it deleted the term's key"
+        );
         let after = scripts().await;
         for i in (0..3).filter(|&i| i != gate && value == "b") {
             assert_eq!(after[i] - before[i], 1, "scripts on node {i} for a resign");

@@ -903,7 +903,9 @@ return 1
 );
 
 /// The release of an election's term on a node that is not its line's gate, and the
-/// announcement of this node's view after it (what ELECT_NOTIFY sends, in the same script).
+/// announcement of this node's view after it (what ELECT_NOTIFY sends, in the same script;
+/// once the key holds no value, a view that is not live and names no term, without reading
+/// the record: an observer names a leader from live views alone).
 /// KEYS: as [`ELECT_VIEW`]. ARGV[1]: the term's lock value.
 /// Reply: 1 deleted, 0 not ours (as RELEASE for one key). By EVALSHA, as a lone release: only
 /// the term's own fresh token is ever deleted, so a resend can only find it gone.
@@ -917,14 +919,17 @@ if lock == ARGV[1] then
   deleted = 1
   lock = false
 end
-local r = redis.call('HMGET', KEYS[2], 'v', 't', 'val', 'p', 's')
+-- Without a lock value the view is not live whatever the record says (and observers name a
+-- leader from live views alone): the record is read only when another value holds the key.
+local r = {}
+if lock then r = redis.call('HMGET', KEYS[2], 'v', 't', 'val', 'p', 's') end
 announce(KEYS[2], view_of(lock, r, KEYS[1]))
 return deleted
 "#
 );
 
 /// GATE_FREE for an election's term, and the announcement of the election's view on this node
-/// after it (what ELECT_NOTIFY sends, in the same script, without reading the lock key again).
+/// after it (as ELECT_RESIGN announces it, without reading the lock key again).
 /// KEYS[1..3] and ARGV: as GATE_FREE; KEYS[4]: the election's record. Reply: as GATE_FREE. By
 /// EVALSHA, as GATE_FREE.
 const ELECT_GATE_FREE: &str = concat!(
@@ -933,7 +938,9 @@ const ELECT_GATE_FREE: &str = concat!(
     gate_free_fn!(),
     r#"
 local out, lock = free()
-local r = redis.call('HMGET', KEYS[4], 'v', 't', 'val', 'p', 's')
+-- As ELECT_RESIGN: the record is read only when another value holds the key.
+local r = {}
+if lock then r = redis.call('HMGET', KEYS[4], 'v', 't', 'val', 'p', 's') end
 announce(KEYS[4], view_of(lock, r, KEYS[1]))
 return out
 "#
