@@ -267,14 +267,14 @@ async fn only_a_waiter_with_no_one_ahead_renews_the_line() {
 }
 
 /// A waiter two places or more behind the head renews its place with one command (`SET` of its
-/// lease, `XX`) at its timers, and asks its place (`ZRANK`) at every fifth, looking at the gate
-/// (a script) only once it is the head or right behind it: only those two look every second (a
-/// lost wake-up, a dead head); a newcomer learns at its join that two members are ahead of it
-/// (the gate reads the line's last two entries) and renews from its first timer on. Its place
-/// stays alive meanwhile, and once the waiters ahead are gone, its next question finds it at
-/// the head: it looks, and takes the freed lock. Fails when every timer looks (a script a
-/// second), when the newcomer's first timer looks or asks, or when the fifth looks without
-/// asking.
+/// lease, `XX`) at its timers (every 2 s), and asks its place (`ZRANK`) at every second, looking
+/// at the gate (a script) only once it is the head or right behind it: only those two look
+/// every second (a lost wake-up, a dead head); a newcomer learns at its join that two members
+/// are ahead of it (the gate reads the line's last two entries) and renews from its first timer
+/// on. Its place stays alive meanwhile, and once the waiters ahead are gone, its next question
+/// finds it at the head: it looks, and takes the freed lock. Fails when every timer looks (a
+/// script a second), when the newcomer's first timer looks or asks, when a question comes at
+/// another renewal than the second, or when it looks without asking.
 #[tokio::test]
 async fn a_waiter_far_behind_the_head_renews_its_place_with_one_command() {
     let nodes = LocalNodes::start(3).await.unwrap();
@@ -296,11 +296,11 @@ async fn a_waiter_far_behind_the_head_renews_its_place_with_one_command() {
         async move { waiter.acquire(r.as_str(), TTL).await }
     });
     assert!(line_has(&nodes, &waiter, &r, 3).await, "the waiter joined");
-    // From its first renewal (a second after it joined) to its third: no script on the gate.
+    // From its first renewal to its question: no script on the gate.
     let nodes = &nodes;
-    let sets = |n: u64| async move {
-        eventually(Duration::from_secs(5), || async move {
-            command_calls(nodes, gate, "set").await >= n
+    let calls = |name: &'static str, n: u64| async move {
+        eventually(Duration::from_secs(10), || async move {
+            command_calls(nodes, gate, name).await >= n
         })
         .await
     };
@@ -310,19 +310,35 @@ async fn a_waiter_far_behind_the_head_renews_its_place_with_one_command() {
         command_calls(nodes, gate, "zrank").await,
     );
     assert!(
-        sets(before + 3).await,
-        "the waiter renewed its place three times"
+        calls("set", before + 1).await,
+        "the waiter renewed its place"
     );
-    // Its join told it that two members were ahead: no look and no question so far.
+    // Its join told it that two members were ahead: no look and no question at its first timer.
+    assert_eq!(
+        (
+            script_calls(nodes, gate).await - scripts,
+            command_calls(nodes, gate, "zrank").await - joined_asked
+        ),
+        (0, 0),
+        "a waiter two places behind the head looked or asked its place at its first timer"
+    );
+    // Its question comes with its second renewal (the third is a timer later).
+    assert!(
+        calls("zrank", joined_asked + 1).await,
+        "the waiter asked its place"
+    );
     let asked = command_calls(nodes, gate, "zrank").await;
     assert_eq!(
-        (script_calls(nodes, gate).await - scripts, asked - joined_asked),
-        (0, 0),
-        "a waiter two places behind the head looked or asked its place at a timer (its first, or every one)"
+        (
+            command_calls(nodes, gate, "set").await - before,
+            script_calls(nodes, gate).await - scripts
+        ),
+        (2, 0),
+        "a waiter two places behind the head asked its place at another renewal than its second, or looked"
     );
     let members = line_members(nodes, &waiter, &r).await;
     assert_eq!(members.len(), 3, "the waiter kept its place: {members:?}");
-    // The waiters ahead leave and the lock is freed: the waiter's next question (at its fifth
+    // The waiters ahead leave and the lock is freed: the waiter's next question (at its fourth
     // timer at the latest) finds it at the head, and its look takes the lock.
     for member in &ahead {
         let lease = format!("{line}|{member}");

@@ -7,8 +7,9 @@
 //! when a holder releases: one `PUBLISH` per release, fleet-wide, on the head's process's own
 //! channel. Each waiter renews a short lease in the line (the head and the waiter right
 //! behind it by probing the gate, which also notices a lost wake-up, an expired holder or a
-//! dead head; the waiters further back with one `SET`, asking their place with one `ZRANK` at
-//! every fifth renewal and probing once they are the head or right behind it), so a waiter
+//! dead head; the waiters further back with one `SET` every [`RENEW_FAR`], asking their place
+//! with one `ZRANK` at every second renewal and probing once they are the head or right
+//! behind it), so a waiter
 //! whose process died drops out within [`LEASE`].
 //!
 //! This module is the local half: each waiter's member name (`<instance>:<seq>`, the instance
@@ -33,6 +34,11 @@ use tokio::time::Instant;
 pub(crate) const LEASE: Duration = Duration::from_secs(3);
 /// How often a waiter renews its place (a probe of the gate) while wake-ups reach it.
 pub(crate) const RENEW: Duration = Duration::from_secs(1);
+/// How often a waiter two places or more behind the head renews its place (one `SET`), within
+/// [`LEASE`] with a second to spare: only the head and the waiter right behind it look every
+/// [`RENEW`] (so a lost wake-up and a dead head are noticed as soon), and a long line's upkeep,
+/// paid per second, costs half as much.
+pub(crate) const RENEW_FAR: Duration = Duration::from_secs(2);
 /// How long a key counts as contended after the last sign of it.
 const HOT_FOR: Duration = Duration::from_secs(2);
 /// Contended keys remembered at most (older ones are forgotten first).

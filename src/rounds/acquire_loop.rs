@@ -17,16 +17,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::base::error::{Error, HeldBy, Names, Result};
-use crate::base::line::{Member, RENEW};
+use crate::base::line::{Member, RENEW, RENEW_FAR};
 use crate::nodes::node::{GateAnswer, Queue};
 use crate::rounds::attempt::{Failure, Grant, Turn};
 use crate::rounds::handover::Handoff;
 use crate::rounds::redlock::{random_up_to, Inner, Redlock, Retry};
 
-/// A waiter far behind its line's head asks its place (`ZRANK`) at every this many timers, and
-/// looks at the gate once it is the head or right behind it (it renews its place with one
-/// command at every timer: see `Acquiring::renewed_only`).
-const LOOK_EVERY: u32 = 5;
+/// A waiter far behind its line's head asks its place (`ZRANK`) at every this many timers
+/// (every 4 s: its timer is [`RENEW_FAR`]), and looks at the gate once it is the head or right
+/// behind it (it renews its place with one command at every timer: see
+/// `Acquiring::renewed_only`).
+const LOOK_EVERY: u32 = 2;
 
 /// Told after each attempt that was not granted (see `AcquireOptions::report`): `Some` with the
 /// error the acquire would return for it when nodes failed or the validity ran out, `None`
@@ -49,7 +50,8 @@ impl Redlock {
     ///   wake-ups reach it (for the head, the holder's TTL left on the gate if sooner, so an
     ///   expired holder is noticed at once), else the retry pause times the place behind the head (1 to 8).
     ///   A waiter two places or more behind the head renews its place with one command instead
-    ///   of asking, but at every fifth timer (see [`Acquiring::renewed_only`]).
+    ///   of asking, every [`RENEW_FAR`], and asks its place at every second timer (see
+    ///   [`Acquiring::renewed_only`]).
     ///
     /// Without a line (several resources, a node failure at the gate, a `try_acquire`), it
     /// pauses `delay + random(0..=jitter)` between attempts. `attempts` is a budget of waiting
@@ -416,7 +418,7 @@ impl<'a> Acquiring<'a> {
         while let Some(mut again) = self.wait_once(p).await? {
             // Renewed without looking: the same place, a new timer.
             let now = Instant::now();
-            (again.planned, again.until) = self.plan(RENEW, again.pause, now);
+            (again.planned, again.until) = self.plan(RENEW_FAR, again.pause, now);
             again.started = now;
             p = again;
         }
@@ -573,6 +575,8 @@ impl Place {
             .map(|ms| Duration::from_millis(ms.saturating_add(1)));
         match (woken, q.rank) {
             (true, 0) => expiry.map_or(RENEW, |e| e.min(RENEW)),
+            // Two or more ahead (exactly, or "at least" as a newcomer's join tells it).
+            (true, r) if r >= 2 => RENEW_FAR,
             (true, _) => RENEW,
             // Polling: the next in line at the retry pace, the others as far behind as they are.
             (false, rank) => {
