@@ -244,7 +244,8 @@ impl Builder {
     /// On: a release on the gate wakes the line's head, and only the head, with one message on
     /// the head's process's own channel, received through ONE subscriber connection per node
     /// per `Redlock` (opened by the first acquire that waits), whatever the number of keys. The
-    /// other waiters make one command per second to keep their place. A holder that crashed
+    /// other waiters keep their place with one command every 2 s (the waiter right behind the
+    /// head: a look at the gate every second, to notice a dead head). A holder that crashed
     /// is noticed when its key expires on the gate (the head times its next look by the key's
     /// TTL there). See [`Retry`] for what `attempts` then means.
     ///
