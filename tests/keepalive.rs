@@ -194,7 +194,10 @@ async fn release_during_an_extension_leaves_nothing_and_stops_extending() {
     }
     guard.release().await.expect("release");
     let after = handle.extensions();
-    assert_eq!(handle.lost().await, LostReason::Released);
+    assert_eq!(
+        common::bounded("lost()", handle.lost()).await,
+        LostReason::Released
+    );
     // No key anywhere once the queued commands drained, and none comes back: an extension can
     // never re-create a key, and none is sent after the release.
     assert!(
@@ -225,7 +228,7 @@ async fn a_budget_of_three_ttls_is_lost_on_schedule() {
     let ttl = Duration::from_millis(400);
     let options = KeepAliveOptions::default().max_hold(ttl * 3);
     let (guard, acquired_at) = kept_alive(&env.redlock, &unique("budget"), ttl, options).await;
-    let reason = guard.lost().await;
+    let reason = common::bounded("lost()", guard.lost()).await;
     let lost_at = Instant::now();
     assert_eq!(reason, LostReason::BudgetExhausted);
     let held = lost_at - acquired_at;
@@ -259,7 +262,10 @@ async fn max_extensions_is_a_budget_too() {
     let ttl = Duration::from_millis(1000);
     let options = KeepAliveOptions::default().max_extensions(2);
     let (guard, _) = kept_alive(&env.redlock, &unique("max-ext"), ttl, options).await;
-    assert_eq!(guard.lost().await, LostReason::BudgetExhausted);
+    assert_eq!(
+        common::bounded("lost()", guard.lost()).await,
+        LostReason::BudgetExhausted
+    );
     assert_eq!(guard.extensions(), 2);
 }
 
@@ -352,7 +358,7 @@ async fn the_lost_signal_fires_at_most_two_ms_before_the_deadline() {
             .keep_alive_with(KeepAliveOptions::default().max_extensions(0))
             .expect("options");
         let deadline = guard.deadline();
-        let reason = guard.lost().await;
+        let reason = common::bounded("lost()", guard.lost()).await;
         let now = Instant::now();
         assert_ne!(reason, LostReason::Released);
         let margin = if now <= deadline {

@@ -325,7 +325,10 @@ async fn releases_racing_a_batch_leave_nothing_and_spare_the_rest() {
         }
     }
     for (h, before) in handles.iter().zip(counts) {
-        assert_eq!(h.lost().await, LostReason::Released);
+        assert_eq!(
+            common::bounded("lost()", h.lost()).await,
+            LostReason::Released
+        );
         assert_eq!(h.extensions(), before, "an extension counted after release");
     }
     let refs: Vec<&KeepAlive> = guards.iter().collect();
@@ -393,11 +396,17 @@ async fn each_lock_of_a_batch_keeps_its_own_budget() {
                 assert!(g.extensions() >= 3, "lock {i}: {}", g.extensions());
             }
             1 => {
-                assert_eq!(g.lost().await, LostReason::BudgetExhausted);
+                assert_eq!(
+                    common::bounded("lost()", g.lost()).await,
+                    LostReason::BudgetExhausted
+                );
                 assert_eq!(g.extensions(), 1);
             }
             _ => {
-                assert_eq!(g.lost().await, LostReason::BudgetExhausted);
+                assert_eq!(
+                    common::bounded("lost()", g.lost()).await,
+                    LostReason::BudgetExhausted
+                );
                 assert!(g.deadline() <= acquired_at[i] + ttl * 5 / 2);
             }
         }
@@ -440,7 +449,10 @@ fn a_renewer_that_dies_marks_all_its_locks_lost_and_is_replaced() {
     );
     main.block_on(async {
         for h in &handles {
-            assert_eq!(h.lost().await, LostReason::TaskEnded);
+            assert_eq!(
+                common::bounded("lost()", h.lost()).await,
+                LostReason::TaskEnded
+            );
         }
         let ttl = Duration::from_millis(400);
         let guards = keep_all(
@@ -512,7 +524,10 @@ async fn batches_on_cluster_nodes_split_per_slot() {
             .await
             .expect("SET");
     }
-    assert_eq!(guards[1].lost().await, LostReason::TokenGone);
+    assert_eq!(
+        common::bounded("lost()", guards[1].lost()).await,
+        LostReason::TokenGone
+    );
     let others: Vec<&KeepAlive> = guards
         .iter()
         .enumerate()

@@ -198,7 +198,7 @@ async fn a_lost_permit_says_so() {
     for i in 0..3 {
         common::del(&redlock, i, &key).await;
     }
-    let reason = guard.lost().await;
+    let reason = common::bounded("lost()", guard.lost()).await;
     assert_eq!(reason, LostReason::TokenGone);
     assert!(tokio::time::Instant::now() <= deadline);
 }

@@ -159,6 +159,18 @@ pub async fn kept_alive(
     (guard, acquired_at)
 }
 
+/// How long a test waits for a signal that must come (`lost()`, a background task's end)
+/// before it fails: far beyond any TTL, budget or deadline the tests use.
+pub const SIGNAL_BOUND: Duration = Duration::from_secs(60);
+
+/// `wait` (a `lost()`, ...), bounded by [`SIGNAL_BOUND`]: a signal that never comes fails the
+/// test, naming `what`, instead of hanging `make test`.
+pub async fn bounded<T>(what: &str, wait: impl Future<Output = T>) -> T {
+    tokio::time::timeout(SIGNAL_BOUND, wait)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not come within {SIGNAL_BOUND:?}"))
+}
+
 /// Polls `check` until it holds or `within` passes. For state that changes in the background
 /// (a release finishing on a slow node), where there is no event to await.
 pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
