@@ -364,7 +364,8 @@ async fn a_waiter_far_behind_the_head_renews_its_place_with_one_command() {
 /// The gate reads only what a waiter's attempt needs: a newcomer joins behind a live head by
 /// reading the line's tail alone (no look at the head's lease: `EXISTS`), and the head, woken
 /// by the holder's release, is taken out of the line and granted in one pop (`ZPOPMIN`) and
-/// the `SET`. Fails on the scripts that looked at the head for every attempt.
+/// the `SET`, sent without a script. Fails on the scripts that looked at the head for every
+/// attempt, and on a turn that runs the line's script (one command more per hand-over).
 #[tokio::test]
 async fn the_gate_reads_only_what_a_waiter_needs() {
     let nodes = LocalNodes::start(3).await.unwrap();
@@ -397,18 +398,38 @@ async fn the_gate_reads_only_what_a_waiter_needs() {
         joined.zrank - before.zrank,
         "the newcomer looked at the head's lease: {before:?} -> {joined:?}"
     );
-    // The head of the other process leaves; the holder's release wakes the waiter.
+    // The head of the other process leaves; the holder's release wakes the waiter. The gate's
+    // slow log, every command logged, shows what clients sent (not what scripts ran).
     nodes.command(gate, &["ZREM", &line, &head]).await.unwrap();
+    for args in [
+        &["CONFIG", "SET", "slowlog-log-slower-than", "0"][..],
+        &["CONFIG", "SET", "slowlog-max-len", "1024"],
+        &["SLOWLOG", "RESET"],
+    ] {
+        nodes.command(gate, args).await.unwrap();
+    }
     lock.release().await.unwrap();
     let lock = tokio::time::timeout(Duration::from_secs(10), task)
         .await
         .expect("the woken waiter took the lock")
         .unwrap()
         .unwrap();
+    let sent = sent_commands(&nodes, gate).await;
+    nodes
+        .command(gate, &["CONFIG", "SET", "slowlog-log-slower-than", "10000"])
+        .await
+        .unwrap();
     assert_eq!(
         calls(&nodes, gate).await.zpopmin,
         before.zpopmin + 1,
         "the woken head did not pop itself out of the line"
+    );
+    // Its turn is the pop and the key's SET, sent as they are: no script.
+    let turn = |c: &[String]| c.first().is_some_and(|n| n.eq_ignore_ascii_case("zpopmin"));
+    assert!(sent.iter().any(|c| turn(c)), "no ZPOPMIN sent: {sent:?}");
+    assert!(
+        !sent.iter().any(|c| c.iter().any(|a| a == "turn")),
+        "the woken head's turn ran the line's script: {sent:?}"
     );
     assert!(line_has(&nodes, &waiter, &r, 0).await, "the line is empty");
     lock.release().await.unwrap();
@@ -561,6 +582,33 @@ struct Calls {
     zrem: u64,
     del: u64,
     pttl: u64,
+}
+
+/// The commands clients sent to node `i` since its slow log was reset (with every command
+/// logged), oldest first, each as its name and arguments.
+async fn sent_commands(nodes: &LocalNodes, i: usize) -> Vec<Vec<String>> {
+    use fredlock_testkit::RespValue;
+    let log = nodes.command(i, &["SLOWLOG", "GET", "1024"]).await.unwrap();
+    let RespValue::Array(Some(entries)) = log else {
+        panic!("SLOWLOG GET: {log:?}");
+    };
+    let text = |v: &RespValue| match v {
+        RespValue::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
+        RespValue::Simple(s) => s.clone(),
+        other => format!("{other:?}"),
+    };
+    let mut sent: Vec<Vec<String>> = entries
+        .iter()
+        .filter_map(|e| match e {
+            RespValue::Array(Some(fields)) => match fields.get(3) {
+                Some(RespValue::Array(Some(args))) => Some(args.iter().map(text).collect()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    sent.reverse();
+    sent
 }
 
 async fn calls(nodes: &LocalNodes, i: usize) -> Calls {

@@ -124,7 +124,8 @@ fn an_acl_user_limited_to_the_prefix_can_do_everything() {
 
 /// A user whose rule predates `ZPOPMIN` (the documented rule before 2026-11-29): the head that a
 /// release wakes still gets its gate's vote (the gate looks at the line instead of popping it),
-/// so the lock holds the gate's key too. Fails when the pop's refusal fails the gate's script.
+/// so the lock holds the gate's key too, and the gate keeps its lines. Fails when the pop's
+/// refusal fails the gate's script, or ends the node's lines (a waiter then polls).
 #[test]
 fn a_rule_without_zpopmin_still_gives_the_woken_head_its_gate() {
     runtime().block_on(async {
@@ -165,13 +166,31 @@ fn a_rule_without_zpopmin_still_gives_the_woken_head_its_gate() {
             .expect("the woken head took the lock")
             .expect("waiter task")
             .expect("acquire");
+        // The acquire returns at a quorum: the gate's answer (here its script's turn, after the
+        // refused pop) may land after the other two nodes'.
         let key = waiter.key(r);
-        let on_gate = nodes.command(gate, &["GET", &key]).await.expect("GET");
-        assert_eq!(
-            on_gate,
-            fredlock_testkit::RespValue::Bulk(Some(lock.value().as_bytes().to_vec())),
-            "the gate did not grant the woken head"
+        let ours = RespValue::Bulk(Some(lock.value().as_bytes().to_vec()));
+        let on_gate = common::eventually(Duration::from_secs(5), || async {
+            nodes.command(gate, &["GET", &key]).await.expect("GET") == ours
+        });
+        assert!(on_gate.await, "the gate did not grant the woken head");
+        // The refused pop did not end the gate's lines: the waiter lines up there again.
+        lock.release().await.expect("release");
+        let held = holder.acquire(r, TTL).await.expect("acquire");
+        let task = tokio::spawn({
+            let waiter = waiter.clone();
+            async move { waiter.acquire(r, TTL).await }
+        });
+        assert!(
+            common::lines::line_has(&nodes, &waiter, r, 1).await,
+            "the waiter's gate keeps no line since the pop was refused"
         );
+        held.release().await.expect("release");
+        let lock = tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("the woken head took the lock again")
+            .expect("waiter task")
+            .expect("acquire");
         lock.release().await.expect("release");
         holder.close().await;
         waiter.close().await;

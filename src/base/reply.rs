@@ -105,6 +105,68 @@ pub(crate) fn gate_acquired(
     }
 }
 
+/// What a woken head's turn without a script found on its gate (`ZPOPMIN` of the line and
+/// the key's `SET NX`, sent together: see `Node::turn_plain`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum PlainTurn {
+    /// It popped itself and set the key: granted.
+    Granted,
+    /// It popped itself but the key is held: its own score, to be put back at its place.
+    Held(String),
+    /// It popped another member (`(member, score)`, to be put back) or nothing; `set`: its
+    /// `SET` landed all the same (a key to give back).
+    NotHead {
+        other: Option<(String, String)>,
+        set: bool,
+    },
+}
+
+/// Decodes a plain turn's two replies for member `me` (`ZPOPMIN`: `[member, score]` or `[]`,
+/// flat or nested; `SET NX`: `OK` or nil). Anything else is an unexpected reply.
+pub(crate) fn plain_turn(
+    node: &str,
+    me: &str,
+    popped: Value,
+    set: Value,
+) -> Result<PlainTurn, NodeError> {
+    let set = match set {
+        Value::String(s) if s == "OK" => true,
+        Value::Null => false,
+        _ => return Err(unexpected(node, "OK or nil from SET NX")),
+    };
+    let pair = match popped {
+        Value::Array(items) => match items.as_slice() {
+            [] => None,
+            [Value::Array(inner)] => Some(inner.clone()),
+            _ => Some(items),
+        },
+        _ => return Err(unexpected(node, "an array from ZPOPMIN")),
+    };
+    let other = match pair.as_deref() {
+        None => None,
+        Some([member, score]) => {
+            // A score is a finite number (it is put back as it came).
+            let score = match score {
+                Value::Double(f) => Some(format!("{f}")),
+                Value::Integer(i) => Some(i.to_string()),
+                Value::String(_) | Value::Bytes(_) => score.as_str().map(|s| s.into_owned()),
+                _ => None,
+            }
+            .filter(|t| t.parse::<f64>().is_ok_and(f64::is_finite));
+            match (member.as_str(), score) {
+                (Some(m), Some(score)) => Some((m.into_owned(), score)),
+                _ => return Err(unexpected(node, "[member, score] from ZPOPMIN")),
+            }
+        }
+        Some(_) => return Err(unexpected(node, "[member, score] from ZPOPMIN")),
+    };
+    Ok(match other {
+        Some((m, _)) if m == me && set => PlainTurn::Granted,
+        Some((m, score)) if m == me => PlainTurn::Held(score),
+        other => PlainTurn::NotHead { other, set },
+    })
+}
+
 /// The gate release script's reply for `keys` keys: `{deleted, woken member or ''}`. The vote
 /// is [`released`]'s; the member is the waiter the release woke.
 pub(crate) fn gate_released(
@@ -468,6 +530,46 @@ mod tests {
 
     fn ints(v: &[i64]) -> Result<Value, NodeError> {
         Ok(Value::Array(v.iter().map(|n| Value::Integer(*n)).collect()))
+    }
+
+    #[test]
+    fn a_plain_turn_is_read_whatever_shape_the_pop_comes_in() {
+        let s = |t: &str| Value::from(t);
+        let pair = |m: &str, score: Value| Value::Array(vec![s(m), score]);
+        let ok = || s("OK");
+        let turn = |p, set| plain_turn("n", "me", p, set);
+        assert_eq!(turn(pair("me", s("3")), ok()), Ok(PlainTurn::Granted));
+        let nested = Value::Array(vec![pair("me", Value::Double(-2.0))]);
+        assert_eq!(turn(nested, Value::Null), Ok(PlainTurn::Held("-2".into())));
+        assert_eq!(
+            turn(pair("other", Value::Integer(7)), ok()),
+            Ok(PlainTurn::NotHead {
+                other: Some(("other".into(), "7".into())),
+                set: true
+            })
+        );
+        assert_eq!(
+            turn(Value::Array(vec![]), Value::Null),
+            Ok(PlainTurn::NotHead {
+                other: None,
+                set: false
+            })
+        );
+        // Hostile replies: an error, never a grant.
+        for (p, set) in [
+            (pair("me", s("1")), Value::Integer(1)),
+            (s("me"), ok()),
+            (Value::Array(vec![s("me")]), ok()),
+            (pair("me", Value::Double(f64::NAN)), ok()),
+            (Value::Array(vec![s("me"), s("1"), s("x")]), ok()),
+        ] {
+            let r = turn(p, set);
+            assert!(
+                r.as_ref()
+                    .is_err_and(|e| e.kind == NodeErrorKind::UnexpectedReply),
+                "{r:?}"
+            );
+        }
     }
 
     fn is_unexpected(v: &Vote) -> bool {

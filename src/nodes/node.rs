@@ -71,6 +71,9 @@ pub(crate) struct Node {
     pub(super) batch: Option<Batch>,
     /// This node refused a line script (the user may not run scripts): it keeps no lines.
     pub(super) no_line: std::sync::atomic::AtomicBool,
+    /// This node refused a woken head's turn without a script (no `+zpopmin`): the line's
+    /// script takes turns here (see `node_gate`).
+    pub(super) no_plain_turn: std::sync::atomic::AtomicBool,
     /// A Sentinel-managed node's stall bound (see `connection::spawn`).
     stall: Option<Duration>,
     /// Replicas that must acknowledge each vote of an acquire or extension (see `confirm`).
@@ -212,6 +215,7 @@ impl Node {
             quit: Default::default(),
             batch,
             no_line: Default::default(),
+            no_plain_turn: Default::default(),
             stall,
             confirm: None,
             waits: Default::default(),

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use fred::prelude::Value;
 
-use crate::base::error::{NodeError, Vote};
-use crate::base::reply::{self, Acquired, Passed};
-use crate::nodes::batch::{Held, LineRef};
+use crate::base::error::{NodeError, NodeErrorKind, Vote};
+use crate::base::reply::{self, Acquired, Passed, PlainTurn};
+use crate::nodes::batch::{Held, LineRef, Place};
 use crate::nodes::caps::Cached;
 use crate::nodes::node::{Backend, Node};
 
@@ -35,6 +35,16 @@ fn gate_free_argv(held: &Held, line: &LineRef, mode: &str) -> [Value; 4] {
         Value::from(format!("{:08x}", rand::random::<u32>())),
         Value::from(mode),
     ]
+}
+
+/// What a woken head's turn without a script leaves to do (see `Node::turn_plain`).
+enum Turned {
+    /// The gate's answer.
+    Answer(Acquired),
+    /// Undone (the key held, or another member popped): the line's script looks.
+    Look,
+    /// Not tried here: the line's script takes the turn.
+    Script,
 }
 
 impl Node {
@@ -62,6 +72,17 @@ impl Node {
             keys.push(fence);
         }
         let member = line.member.as_deref().unwrap_or("");
+        let mut place = line.place;
+        if matches!(place, Place::Turn) && held.fence_keys.is_empty() && !member.is_empty() {
+            match self
+                .turn_plain(held, key, line, member, ttl_ms, timeout)
+                .await
+            {
+                Turned::Answer(answer) => return answer,
+                Turned::Look => place = Place::Look,
+                Turned::Script => {}
+            }
+        }
         let rank = if line.rank { "rank" } else { "" };
         let argv = [
             Value::from(held.value.as_str()),
@@ -69,12 +90,99 @@ impl Node {
             Value::from(member),
             Value::Integer(crate::base::line::LEASE.as_millis() as i64),
             Value::from(rank),
-            Value::from(line.place.arg()),
+            Value::from(place.arg()),
         ];
         let reply = self
             .script_on(&scripts.gate_acquire, &keys, &argv, timeout)
             .await;
         reply::gate_acquired(&self.name, reply, !held.fence_keys.is_empty(), line.rank)
+    }
+
+    /// The woken head's turn without a script, on a single server and for a lock without
+    /// fencing: the line's `ZPOPMIN` and the key's `SET NX PX`, handed to the connection
+    /// together (2 commands where `GATE_ACQUIRE`'s turn runs 3 with its `EVALSHA`: one command
+    /// fewer per hand-over). Not atomic: in the usual case the head pops itself and sets the
+    /// free key, as the script does; otherwise this restores what the script would have left.
+    /// The head that finds the key held goes back to its own place (its score); one that popped
+    /// another member puts it back and gives back a key it set out of turn; either then lets the
+    /// script look ([`Turned::Look`]), as the script's own turn does after such a pop. A user
+    /// without `+zpopmin` (a NOPERM) gets the script's turn at once and from then on; any other
+    /// error is a failed vote, cleaned up as any (its clean-up puts a head whose lease lives
+    /// back at the front).
+    async fn turn_plain(
+        &self,
+        held: &Held,
+        key: &str,
+        line: &LineRef,
+        member: &str,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Turned {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.is_cluster() || self.no_plain_turn.load(Relaxed) {
+            return Turned::Script;
+        }
+        let set_args = vec![
+            Value::from(key),
+            Value::from(held.value.as_str()),
+            Value::from("NX"),
+            Value::from("PX"),
+            Value::Integer(i64::try_from(ttl_ms).unwrap_or(i64::MAX)),
+        ];
+        let (popped, set) = futures::join!(
+            self.call("ZPOPMIN", 0, vec![Value::from(line.key.as_str())], timeout),
+            self.call("SET", 0, set_args, timeout),
+        );
+        let found = match (popped, set) {
+            // No `+zpopmin` (a rule older than the pop): the key back if the SET landed, and the
+            // script's turn (which looks instead of popping) now and from now on. Not a failed
+            // vote: a refusal counts as "scripts denied" and would end the node's lines.
+            (Err(e), set) if e.kind == NodeErrorKind::Permission => {
+                tracing::warn!(node = %self.name, cause = %e.message, "fredlock: a waiter's turn without a script was refused; using the line's script on this node from now on");
+                self.no_plain_turn.store(true, Relaxed);
+                if matches!(&set, Ok(Value::String(ok)) if *ok == "OK") {
+                    if let Err(e) = self.release_script(held, timeout).await {
+                        return Turned::Answer(Acquired::plain(Vote::Failed(e)));
+                    }
+                }
+                return Turned::Script;
+            }
+            (Ok(p), Ok(s)) => reply::plain_turn(&self.name, member, p, s),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        };
+        let line_key = Value::from(line.key.as_str());
+        let put_back = |m: &str, score: &str| {
+            let args = vec![line_key.clone(), "NX".into(), score.into(), m.into()];
+            self.call("ZADD", 0, args, timeout)
+        };
+        match found {
+            Ok(PlainTurn::Granted) => Turned::Answer(Acquired {
+                lined: true,
+                ..Acquired::plain(Vote::Granted)
+            }),
+            Ok(PlainTurn::Held(score)) => {
+                // Back at its own place, then the script's look: it finds the key held, renews
+                // the line (which the pop may have emptied) and tells the head the key's TTL.
+                match put_back(member, &score).await {
+                    Ok(_) => Turned::Look,
+                    Err(e) => Turned::Answer(Acquired::plain(Vote::Failed(e))),
+                }
+            }
+            Ok(PlainTurn::NotHead { other, set }) => {
+                if let Some((m, score)) = other {
+                    if let Err(e) = put_back(&m, &score).await {
+                        return Turned::Answer(Acquired::plain(Vote::Failed(e)));
+                    }
+                }
+                if set {
+                    if let Err(e) = self.release_script(held, timeout).await {
+                        return Turned::Answer(Acquired::plain(Vote::Failed(e)));
+                    }
+                }
+                Turned::Look
+            }
+            Err(e) => Turned::Answer(Acquired::plain(Vote::Failed(e))),
+        }
     }
 
     /// The release on a gate: a holder's release or a clean-up by `scripts::GATE_FREE` (by

@@ -338,7 +338,11 @@ impl Node {
 
     /// The release script over `held`'s keys; on a cluster node, a redirected resend waits for
     /// this token's acquire (see `Shards::call`).
-    async fn release_script(&self, held: &Held, timeout: Duration) -> Result<Value, NodeError> {
+    pub(super) async fn release_script(
+        &self,
+        held: &Held,
+        timeout: Duration,
+    ) -> Result<Value, NodeError> {
         let scripts = crate::base::scripts::Scripts::get();
         let release = &scripts.release;
         let Backend::Cluster(shards) = &self.backend else {
