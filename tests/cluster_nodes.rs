@@ -486,3 +486,63 @@ async fn an_observer_with_cluster_nodes_reads_on_each_message() {
     election.resign().await;
     observer.close().await;
 }
+
+/// A term live on the plain node only when its message comes (its claim is still on its way
+/// to the cluster nodes, which send no views): the observer's read on that message names no
+/// leader, and no message will say when the claim lands there, so it reads again until it
+/// does. Fails when the observer waits for a message that never comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_with_cluster_nodes_reads_again_a_term_live_on_too_few_nodes() {
+    let plain = fredlock_testkit::LocalNodes::start(1)
+        .await
+        .expect("a plain node");
+    let clusters = clusters(2, 1).await;
+    let mut urls = plain.urls();
+    urls.extend(clusters.iter().map(LocalCluster::url));
+    let redlock = common::build(urls, |b| b.connect_wait(Duration::from_secs(20))).await;
+    let resource = format!("settling-{}", rand::random::<u32>());
+    let (key, record) = (redlock.key(&resource), redlock.election_key(&resource));
+    let observer = redlock.observe(&resource).await.expect("observe");
+    let mut rx = observer.watch();
+    // Term 1, value "a", written as a claim leaves it (lock key, then the record).
+    let claim: [&[&str]; 2] = [
+        &["SET", &key, "tok", "PX", "60000"],
+        &[
+            "HSET", &record, "v", "tok", "t", "1", "val", "a", "p", "0", "s", "1",
+        ],
+    ];
+    for args in claim {
+        plain
+            .command(0, args)
+            .await
+            .expect("claim on the plain node");
+    }
+    // Its announcement: live, term 1, priority 0, version 1, TTL 60 s, no yield, value "a".
+    let view = "view1:1:1:0:1:60000:-2:1:0:a";
+    let reads = || common::script_calls(clusters[0].nodes(), 0);
+    let before = reads().await;
+    plain
+        .command(0, &["PUBLISH", &record, view])
+        .await
+        .expect("PUBLISH");
+    // The read on that message finds the term on one node of three: no leader yet.
+    let read = common::eventually(Duration::from_secs(5), || async { reads().await > before });
+    assert!(read.await, "the observer did not read on the message");
+    assert!(observer.current().is_none(), "a leader named from one node");
+    for args in claim {
+        clusters[0]
+            .nodes()
+            .command(0, args)
+            .await
+            .expect("claim on a cluster node");
+    }
+    let shown = tokio::time::timeout(
+        Duration::from_secs(10),
+        rx.wait_for(|l| l.as_ref().is_some_and(|l| l.value == "a" && l.term == 1)),
+    );
+    assert!(
+        shown.await.is_ok_and(|r| r.is_ok()),
+        "the term that reached a quorum without a message was never shown"
+    );
+    observer.close().await;
+}

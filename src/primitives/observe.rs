@@ -23,7 +23,9 @@
 //!   leader shows as `None` within its TTL of its last extension;
 //! - on a message of an older version of this library (which says only "read again");
 //! - on every message, while some node has no subscriber (a Redis Cluster node, or one whose
-//!   subscriber connection never subscribed): that node's view would go stale.
+//!   subscriber connection never subscribed): that node's view would go stale; and then also
+//!   while a term is live on some nodes but not on a quorum (its claim may still be on its way
+//!   to a node that sends no views): again after 50 ms, doubling up to 2 s.
 //!
 //! While nothing changes, an observer sends nothing: every extension of the leader's lock
 //! announces each node's view with its new TTL (one `PUBLISH` per node and extension, whatever
@@ -50,6 +52,8 @@ use crate::rounds::redlock::Redlock;
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest pause between reads while too few nodes answer.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// First pause before reading again a term live on too few nodes (see `Reader::unsettled`).
+const SETTLE_FIRST: Duration = Duration::from_millis(50);
 
 /// Follows who leads an election ([`Redlock::observe`]); for processes that do not campaign as
 /// well as for candidates. Dropping it closes its connections.
@@ -174,6 +178,7 @@ impl Redlock {
             known: vec![None; self.inner.nodes.len()],
             subscribed: subscribed_rx.clone(),
             campaign,
+            settle: SETTLE_FIRST,
         };
         // Wait for the subscriptions (bounded), then read once before handing it out.
         let _ =
@@ -201,6 +206,8 @@ struct Reader {
     subscribed: watch::Receiver<usize>,
     /// The priority of the campaign this observer serves (see [`Redlock::observe_as`]).
     campaign: Option<u32>,
+    /// The next pause before reading again a term live on too few nodes (see `unsettled`).
+    settle: Duration,
 }
 
 impl Reader {
@@ -214,7 +221,8 @@ impl Reader {
             Ok(views) => {
                 self.known = views;
                 wake.apply_views(&mut self.known);
-                Ok(self.show())
+                let next = self.show();
+                Ok(next.or_else(|| self.unsettled()))
             }
             Err(e) => {
                 tracing::debug!(resource = %self.resource, error = %e, "fredlock: observer read failed");
@@ -230,6 +238,24 @@ impl Reader {
                 Err(())
             }
         }
+    }
+
+    /// When to read again a term that some node shows live but not yet a quorum, while some
+    /// node sends no views (a cluster node, a subscriber not up): its claim may still be on its
+    /// way there (a read on the first node's message can overtake it), and no message would
+    /// say when it lands. 50 ms, doubling up to [`MAX_BACKOFF`] while it stays so; `None`
+    /// otherwise (every node announces its own changes).
+    fn unsettled(&mut self) -> Option<Instant> {
+        let partial = self.leader.borrow().is_none()
+            && *self.subscribed.borrow() < self.known.len()
+            && self.known.iter().flatten().any(|s| s.view.live);
+        if !partial {
+            self.settle = SETTLE_FIRST;
+            return None;
+        }
+        let at = Instant::now() + self.settle;
+        self.settle = (self.settle * 2).min(MAX_BACKOFF);
+        Some(at)
     }
 
     /// Names the leader the known views show; returns when to read again without a message.
