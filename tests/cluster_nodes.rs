@@ -451,11 +451,9 @@ async fn a_lock_regains_a_lost_key_on_a_cluster_node() {
     assert_nothing_left(&clusters).await;
 }
 
-/// Cluster nodes send an observer no views (no subscriber there): with two of them among three
-/// nodes, the plain node's message alone could never name a leader, so the observer reads
-/// every node on it, and shows the new term.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_observer_with_cluster_nodes_reads_on_each_message() {
+/// One plain node and two one-shard clusters, and a Redlock over the three (the plain node
+/// first).
+async fn plain_and_clusters() -> (fredlock_testkit::LocalNodes, Vec<LocalCluster>, Redlock) {
     let plain = fredlock_testkit::LocalNodes::start(1)
         .await
         .expect("a plain node");
@@ -463,6 +461,15 @@ async fn an_observer_with_cluster_nodes_reads_on_each_message() {
     let mut urls = plain.urls();
     urls.extend(clusters.iter().map(LocalCluster::url));
     let redlock = common::build(urls, |b| b.connect_wait(Duration::from_secs(20))).await;
+    (plain, clusters, redlock)
+}
+
+/// Cluster nodes send an observer no views (no subscriber there): with two of them among three
+/// nodes, the plain node's message alone could never name a leader, so the observer reads
+/// every node on it, and shows the new term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_with_cluster_nodes_reads_on_each_message() {
+    let (_plain, _clusters, redlock) = plain_and_clusters().await;
     let resource = format!("observed-{}", rand::random::<u32>());
     let observer = redlock.observe(&resource).await.expect("observe");
     let mut rx = observer.watch();
@@ -493,13 +500,7 @@ async fn an_observer_with_cluster_nodes_reads_on_each_message() {
 /// does. Fails when the observer waits for a message that never comes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observer_with_cluster_nodes_reads_again_a_term_live_on_too_few_nodes() {
-    let plain = fredlock_testkit::LocalNodes::start(1)
-        .await
-        .expect("a plain node");
-    let clusters = clusters(2, 1).await;
-    let mut urls = plain.urls();
-    urls.extend(clusters.iter().map(LocalCluster::url));
-    let redlock = common::build(urls, |b| b.connect_wait(Duration::from_secs(20))).await;
+    let (plain, clusters, redlock) = plain_and_clusters().await;
     let resource = format!("settling-{}", rand::random::<u32>());
     let (key, record) = (redlock.key(&resource), redlock.election_key(&resource));
     let observer = redlock.observe(&resource).await.expect("observe");
