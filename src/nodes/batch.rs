@@ -101,6 +101,40 @@ pub(crate) struct Held {
     /// beside the lock key, whose view a release announces to observers in the same script
     /// (see `Node::release_here`; a failed attempt's clean-up announces nothing).
     pub(crate) announce: std::sync::OnceLock<Arc<[String; 2]>>,
+    /// Which nodes' batchers hold this lock's latest single-key operation (see [`Batched`]).
+    pub(crate) batched: Batched,
+}
+
+/// Bit `i` set: node `i`'s latest single-key hot-path operation of a lock (its acquire's `SET`,
+/// then its release) went into that node's batcher queue instead of being sent by its caller.
+/// Such an operation is the batcher's from then on: it is sent whether its caller waits or not,
+/// never after its deadline, and a release whose caller stopped waiting is resent by the
+/// batcher if it fails for the connection (see `Op::orphaned`). A round may then drop a late
+/// call to that node instead of finishing it in a task (see `Inner::release_all`,
+/// `quorum::fan_out_handed`). Set or cleared by each operation when first polled; nodes past
+/// the 64th are never marked (their late calls are finished as before).
+#[derive(Default)]
+pub(crate) struct Batched(std::sync::atomic::AtomicU64);
+
+impl Batched {
+    /// Records whether node `index`'s operation was queued (`true`) or sent directly (or went
+    /// another way: every acquire and release clears the mark first).
+    pub(crate) fn mark(&self, index: usize, queued: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let Some(bit) = 1u64.checked_shl(index as u32).filter(|_| index < 64) else {
+            return;
+        };
+        if queued {
+            self.0.fetch_or(bit, Relaxed);
+        } else if self.0.load(Relaxed) & bit != 0 {
+            self.0.fetch_and(!bit, Relaxed);
+        }
+    }
+
+    /// Whether node `index`'s latest operation of this lock is its batcher's.
+    pub(crate) fn queued(&self, index: usize) -> bool {
+        index < 64 && self.0.load(std::sync::atomic::Ordering::Relaxed) & (1 << index) != 0
+    }
 }
 
 /// A lock's first key and its value as fred arguments, made at first use and shared by every

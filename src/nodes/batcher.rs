@@ -141,7 +141,12 @@ impl Batch {
             held: held.clone(),
             kind,
         };
-        match self.enqueue(timeout, idle, work) {
+        let queued = self.enqueue(timeout, idle, work);
+        // A queued acquire or release is the batcher's to finish; a gate's release is not (its
+        // caller may still have a head to wake).
+        let owned = queued.is_some() && matches!(kind, Kind::Acquire { .. } | Kind::Release);
+        held.batched.mark(self.state.index, owned);
+        match queued {
             None => {
                 let _direct = Direct(&self.shared);
                 // Handed to fred on this first poll, before anything else can be sent here.

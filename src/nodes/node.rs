@@ -144,6 +144,7 @@ impl Held {
             repairs: Default::default(),
             wire: Default::default(),
             announce: self.announce.clone(),
+            batched: Default::default(),
         }
     }
 }

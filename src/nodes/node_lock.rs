@@ -39,6 +39,7 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
     ) -> Acquired {
+        held.batched.mark(self.state.index, false);
         let mut acquired = 'vote: {
             // A node that is not identified yet, or is the same server as another entry, must not
             // vote: nothing is sent, so nothing needs cleaning up there.
@@ -195,6 +196,8 @@ impl Node {
     pub(crate) async fn release(self: Arc<Self>, held: Arc<Held>, timeout: Duration) -> Vote {
         // No repair of this lock is written after its release (see `repair`).
         held.repairs.close();
+        // Marked again only if the release goes into the batcher (see `Batched`).
+        held.batched.mark(self.state.index, false);
         if !self.is_cluster() {
             return self.release_here(&held, timeout).await;
         }
@@ -600,6 +603,7 @@ mod future_size {
             repairs: Default::default(),
             wire: Default::default(),
             announce: Default::default(),
+            batched: Default::default(),
         });
         let second = Duration::from_secs(1);
         let sizes = [

@@ -114,6 +114,7 @@ impl Node {
             repairs: Default::default(),
             wire: Default::default(),
             announce: Default::default(),
+            batched: Default::default(),
         };
         let reply = self.script(script, &held, extra, timeout).await;
         reply::holder(&self.name, reply)

@@ -162,6 +162,7 @@ impl Lease {
             repairs: Default::default(),
             wire: Default::default(),
             announce: Default::default(),
+            batched: Default::default(),
         }))
     }
 }

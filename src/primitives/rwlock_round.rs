@@ -271,6 +271,7 @@ impl RwRounds<'_> {
             repairs: Default::default(),
             wire: Default::default(),
             announce: Default::default(),
+            batched: Default::default(),
         });
         Plan {
             resource,
@@ -336,6 +337,7 @@ impl RwRounds<'_> {
             repairs: Default::default(),
             wire: Default::default(),
             announce: Default::default(),
+            batched: Default::default(),
         });
         let mut rguard = Cleanup(Some((redlock.clone(), reader.clone())), req.ttl);
         let [w, _, r] = self.keys();
@@ -443,6 +445,7 @@ impl Mark {
                 repairs: Default::default(),
                 wire: Default::default(),
                 announce: Default::default(),
+                batched: Default::default(),
             }),
             ttl,
             removed: false,

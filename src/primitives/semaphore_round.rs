@@ -128,6 +128,7 @@ impl Slots<'_> {
             repairs: Default::default(),
             wire: Default::default(),
             announce: Default::default(),
+            batched: Default::default(),
         });
         let mut guard = Guard(Some((self.redlock.clone(), all_slots.clone())), ttl);
         let t0 = Instant::now();
@@ -280,6 +281,7 @@ impl Slots<'_> {
             repairs: Default::default(),
             wire: Default::default(),
             announce: Default::default(),
+            batched: Default::default(),
         });
         let grant = Grant {
             held,
@@ -482,6 +484,7 @@ fn clone_held(h: &Held) -> Held {
         repairs: Default::default(),
         wire: Default::default(),
         announce: Default::default(),
+        batched: Default::default(),
     }
 }
 

@@ -242,6 +242,7 @@ impl Inner {
             repairs: Default::default(),
             wire: Default::default(),
             announce: Default::default(),
+            batched: Default::default(),
         })
     }
 
@@ -406,12 +407,15 @@ impl Inner {
             .filter(|l| l.member.is_some())
             .map(|l| l.gate);
         let q = self.quorum;
-        // A late node's SET (or gate script) already taken by fred's router needs no task to
-        // finish it (see `fan_out_handed`): the serial path then spawns nothing, and the
-        // release that follows finds that node idle and is sent directly. A waiter's gate is
+        // A late node's SET (or gate script) already taken by fred's router, or queued in its
+        // batcher, needs no task to finish it (see `fan_out_handed`): the serial path then
+        // spawns nothing, and the release that follows finds that node idle and is sent
+        // directly. A waiter's gate is
         // finished: its answer tells whether the waiter is still in line there.
-        let handed =
-            |i: usize| Some(i) != gate && self.nodes.get(i).is_some_and(|n| n.handed_over());
+        let handed = |i: usize| {
+            Some(i) != gate
+                && (held.batched.queued(i) || self.nodes.get(i).is_some_and(|n| n.handed_over()))
+        };
         fan_out_handed(
             self.nodes.len(),
             calls,

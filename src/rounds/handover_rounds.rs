@@ -123,6 +123,7 @@ impl Inner {
                 repairs: Default::default(),
                 wire: Default::default(),
                 announce: held.announce.clone(),
+                batched: Default::default(),
             }),
             t0: Instant::now(),
             deadline: tenure.deadline,

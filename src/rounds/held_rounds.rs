@@ -62,6 +62,8 @@ impl Inner {
             failed.clear();
             late.clear();
         }
+        // A release queued in its node's batcher is the batcher's to finish (see `Batched`).
+        late.retain(|(i, _)| !held.batched.queued(*i));
         background::finish_release(self, held, failed, late, ttl);
     }
 
@@ -71,7 +73,8 @@ impl Inner {
     /// SET of the same lock still waits in fred's queue for that node.
     ///
     /// The releases still running when the quorum answered are awaited in the background too,
-    /// and retried where they fail (see [`background::finish_release`]). A late release is
+    /// and retried where they fail (see [`background::finish_release`]); one queued in its
+    /// node's batcher is left to the batcher, which resends it there (see `batch::Batched`). A late release is
     /// not done just because fred took it: it can still fail without reaching the node (the
     /// connection reset, or the node, frozen with the release unread, is killed), while the
     /// lock's `SET` before it was applied there and, on a node that keeps its data, comes back
@@ -91,6 +94,9 @@ impl Inner {
         if held.custom {
             late.clear();
         }
+        // A release queued in its node's batcher is the batcher's to finish: it resends one
+        // that fails for the connection once its caller stopped waiting (see `Batched`).
+        late.retain(|(i, _)| !held.batched.queued(*i));
         background::finish_release(self, held, background::failed_nodes(&votes.0), late, ttl);
         votes
     }

@@ -139,7 +139,8 @@ where
 /// would also do, and dropping does not: resend a late `EVALSHA` answered NOSCRIPT as `EVAL`.
 /// The late node then holds no key of this attempt, which is safe (the decision did not count
 /// it, and every release goes to every node anyway). An operation queued in a node's batcher
-/// (`batch`) is sent by the batcher, with its own deadline, whether its caller waits or not.
+/// (`batch`) is sent by the batcher, with its own deadline, whether its caller waits or not, so
+/// `handed(i)` may say so too (`batch::Batched`).
 /// Measured on a serial acquire+release: no task spawned per acquire, and the release that
 /// follows finds the node idle and skips the batcher.
 pub(crate) async fn fan_out_handed<T, F>(
