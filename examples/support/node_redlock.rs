@@ -50,8 +50,10 @@ impl NodeLib {
 /// The child: runs the library its first argument names (`redlock` or `universal`) on the
 /// nodes given as the other arguments, prints `ready`, then for every line `run N KEY` runs N
 /// acquire+release cycles of KEY (TTL 10 s, as the Rust rows) and prints their durations in
-/// nanoseconds on one line. redlock-universal's lock object (one per key) is made once and
-/// reused, as its documentation shows.
+/// nanoseconds on one line; for `tput TASKS MS PREFIX`, TASKS concurrent loops (the event
+/// loop's concurrency, as a Node service has it), each cycling its own key `PREFIX:i` until MS
+/// ms have passed, then prints the cycles completed and the nanoseconds taken. redlock-
+/// universal's lock object (one per key) is made once and reused, as its documentation shows.
 const DRIVER: &str = r#"
 import Redis from "ioredis";
 import Redlock from "redlock";
@@ -80,7 +82,20 @@ const cycle = lib === "universal"
 await Promise.all(clients.map((c) => c.ping()));
 process.stdout.write("ready\n");
 for await (const line of createInterface({ input: process.stdin })) {
-  const [cmd, n, key] = line.split(" ");
+  const [cmd, n, key, prefix] = line.split(" ");
+  if (cmd === "tput") {
+    const start = process.hrtime.bigint();
+    const end = Date.now() + Number(key);
+    let done = 0;
+    await Promise.all(Array.from({ length: Number(n) }, async (_, i) => {
+      while (Date.now() < end) {
+        await cycle(`${prefix}:${i}`);
+        done++;
+      }
+    }));
+    process.stdout.write(`${done} ${process.hrtime.bigint() - start}\n`);
+    continue;
+  }
   if (cmd !== "run") break;
   const out = [];
   for (let i = 0; i < Number(n); i++) {
@@ -219,6 +234,32 @@ impl NodeRedlock {
             .split_whitespace()
             .map(|n| n.parse().expect("a duration in ns from node-redlock"))
             .collect()
+    }
+
+    /// `tasks` concurrent loops on their own keys (`prefix:i`) for `window`: cycles per second.
+    pub async fn throughput(
+        &mut self,
+        tasks: usize,
+        window: std::time::Duration,
+        prefix: &str,
+    ) -> f64 {
+        let line = format!("tput {tasks} {} {prefix}\n", window.as_millis());
+        self.stdin
+            .write_all(line.as_bytes())
+            .await
+            .expect("write to the node-redlock driver");
+        let reply = self
+            .lines
+            .next_line()
+            .await
+            .expect("read from the node-redlock driver")
+            .expect("the node-redlock driver ended (see its error above)");
+        let mut parts = reply.split_whitespace().map(|n| {
+            n.parse::<f64>()
+                .expect("a count and a duration from node-redlock")
+        });
+        let (done, ns) = (parts.next().unwrap_or(0.0), parts.next().unwrap_or(1.0));
+        done / (ns / 1e9)
     }
 
     /// Ends the child (it quits its connections when its input closes).

@@ -127,6 +127,9 @@ pub struct Serial {
     load_after: String,
     /// Commands per uncontended cycle on each node: the floor's and fredlock's.
     commands: Option<[Vec<NodeCycle>; 2]>,
+    /// Each Node library's cycles/s with [`TASKS`](crate::TASKS) concurrent loops on their own
+    /// keys, per round.
+    node_tput: [Vec<f64>; 2],
 }
 
 /// Calls per cycle of each command on one node.
@@ -256,6 +259,7 @@ pub async fn measure(
     warmup: usize,
     rounds: usize,
     cycles: usize,
+    tput: (usize, std::time::Duration),
 ) -> Serial {
     let mut node = [None, None];
     let mut node_note = [Err(String::new()), Err(String::new())];
@@ -287,6 +291,7 @@ pub async fn measure(
         load_before,
         load_after: String::new(),
         commands: None,
+        node_tput: Default::default(),
     };
     for _ in 0..rounds {
         let p50s = round(&mut variants, cycles).await;
@@ -299,6 +304,7 @@ pub async fn measure(
         }
     }
     serial.load_after = crate::support::loadavg();
+    serial.node_tput = node_throughput(&mut variants.node, run, tput).await;
     serial.commands = commands_per_cycle(urls, run).await;
     for node in variants.node.iter_mut().filter_map(Option::take) {
         node.stop().await;
@@ -307,7 +313,49 @@ pub async fn measure(
     serial
 }
 
+/// The (b) load on each Node library: [`TASKS`](crate::TASKS) concurrent loops on their own
+/// keys, `rounds` rounds of `window` each after a warm-up round, the libraries taking turns.
+async fn node_throughput(
+    node: &mut [Option<NodeRedlock>; 2],
+    run: &str,
+    (rounds, window): (usize, std::time::Duration),
+) -> [Vec<f64>; 2] {
+    let mut out: [Vec<f64>; 2] = Default::default();
+    for round in 0..=rounds {
+        for i in [round % 2, 1 - round % 2] {
+            let Some(lib) = node[i].as_mut() else {
+                continue;
+            };
+            let rate = lib
+                .throughput(crate::TASKS, window, &format!("{run}:tput-node{i}"))
+                .await;
+            // Round 0 warms up (connections, the JIT, one lock object per key).
+            if round > 0 {
+                out[i].push(rate);
+            }
+        }
+    }
+    out
+}
+
 impl Serial {
+    /// The best Node library's median cycles/s under the (b) load (`NaN` without a figure),
+    /// and its name.
+    pub fn best_node_throughput(&self) -> (f64, &'static str) {
+        NODE_LIBS
+            .iter()
+            .zip(&self.node_tput)
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(lib, v)| (median(v.clone()), lib.name()))
+            .fold((f64::NAN, "no Node library"), |best, x| {
+                if best.0.is_nan() || x.0 > best.0 {
+                    x
+                } else {
+                    best
+                }
+            })
+    }
+
     fn p50(&self, rt: Runtime, target: usize) -> f64 {
         median(self.rust[rt as usize][target].clone())
     }
@@ -399,6 +447,19 @@ impl Serial {
         for (lib, v) in NODE_LIBS.iter().zip(&self.node) {
             if !v.is_empty() {
                 println!("serial per-round p50 (µs), {}: [{}]", lib.name(), list(v));
+            }
+        }
+        for (lib, v) in NODE_LIBS.iter().zip(&self.node_tput) {
+            if !v.is_empty() {
+                let rates: Vec<String> = v.iter().map(|x| format!("{x:.0}")).collect();
+                println!(
+                    "{} tasks on their own keys, {} (one event loop, {} concurrent loops; rounds alternating with the other Node library, after the serial rounds): median {:.0} cycles/s, per round [{}]",
+                    crate::TASKS,
+                    lib.name(),
+                    crate::TASKS,
+                    median(v.clone()),
+                    rates.join(" ")
+                );
             }
         }
         println!();

@@ -162,11 +162,14 @@ pub(crate) fn print_summary(r: &Results, plan: &Plan) {
         h50 / f50,
         yes_no(h50 / r50 <= 0.9)
     );
+    let (tn, node_name) = r.serial.best_node_throughput();
+    let best = crate::best_of(&[tf, tr, tn]);
     println!(
-        "| {TASKS} tasks, own keys, cycles/s | {tf:.0} | {tr:.0} | {th:.0} | {:.3} | {:.3} | ≥ 1.2x rslock | {} |",
+        "| {TASKS} tasks, own keys, cycles/s ({node_name}, the faster Node library, in its own process after the serial rounds: {tn:.0}) | {tf:.0} | {tr:.0} | {th:.0} | {:.3} | {:.3} | ≥ 1.2x the best of rslock, the floor and the Node libraries ({:.3}) | {} |",
         th / tr,
         th / tf,
-        yes_no(th / tr >= 1.2)
+        th / best,
+        yes_no(th / best >= 1.2)
     );
     let w = |name: &str| {
         waited
