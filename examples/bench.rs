@@ -113,15 +113,7 @@ fn best_of(rates: &[f64]) -> f64 {
 
 /// `-- --serial`: the serial rows on both runtimes and the Node Redlocks, then (b), nothing else.
 async fn serial_only(urls: &[String], run: &str, plan: &Plan) {
-    let serial = serial::measure(
-        urls,
-        run,
-        plan.warmup_cycles,
-        plan.rounds,
-        plan.cycles,
-        (plan.throughput_rounds, plan.throughput_round),
-    )
-    .await;
+    let serial = serial::measure(urls, run, plan).await;
     let floor = Target::Floor(Arc::new(Floor::connect(urls).await));
     let rslock = rslock_target(urls);
     let healthy = Target::Fredlock(redlock(urls.to_vec(), None).await);
@@ -255,15 +247,7 @@ async fn measure(nodes: &TestNodes, run: &str, plan: &Plan, facts: Facts) -> Res
     let load_before = loadavg();
     let mixed = mixed_rounds(&targets, plan, run).await;
     // The serial rows on both runtimes, with the Node Redlocks.
-    let serial = serial::measure(
-        &urls,
-        run,
-        plan.warmup_cycles,
-        plan.rounds,
-        plan.cycles,
-        (plan.throughput_rounds, plan.throughput_round),
-    )
-    .await;
+    let serial = serial::measure(&urls, run, plan).await;
     // (b) throughput, interleaved rounds as well.
     let tput_prefix = format!("{run}:tput");
     let [t_floor, t_rslock, t_healthy] = throughput_b(

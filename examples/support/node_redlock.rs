@@ -219,18 +219,8 @@ impl NodeRedlock {
 
     /// `cycles` serial acquire+release cycles of `key`: each one's duration in nanoseconds.
     pub async fn block(&mut self, cycles: usize, key: &str) -> Vec<u64> {
-        let line = format!("run {cycles} {key}\n");
-        self.stdin
-            .write_all(line.as_bytes())
+        self.ask(&format!("run {cycles} {key}\n"))
             .await
-            .expect("write to the node-redlock driver");
-        let reply = self
-            .lines
-            .next_line()
-            .await
-            .expect("read from the node-redlock driver")
-            .expect("the node-redlock driver ended (see its error above)");
-        reply
             .split_whitespace()
             .map(|n| n.parse().expect("a duration in ns from node-redlock"))
             .collect()
@@ -244,22 +234,26 @@ impl NodeRedlock {
         prefix: &str,
     ) -> f64 {
         let line = format!("tput {tasks} {} {prefix}\n", window.as_millis());
-        self.stdin
-            .write_all(line.as_bytes())
-            .await
-            .expect("write to the node-redlock driver");
-        let reply = self
-            .lines
-            .next_line()
-            .await
-            .expect("read from the node-redlock driver")
-            .expect("the node-redlock driver ended (see its error above)");
+        let reply = self.ask(&line).await;
         let mut parts = reply.split_whitespace().map(|n| {
             n.parse::<f64>()
                 .expect("a count and a duration from node-redlock")
         });
         let (done, ns) = (parts.next().unwrap_or(0.0), parts.next().unwrap_or(1.0));
         done / (ns / 1e9)
+    }
+
+    /// Sends the driver one command line and returns its one-line answer.
+    async fn ask(&mut self, line: &str) -> String {
+        self.stdin
+            .write_all(line.as_bytes())
+            .await
+            .expect("write to the node-redlock driver");
+        self.lines
+            .next_line()
+            .await
+            .expect("read from the node-redlock driver")
+            .expect("the node-redlock driver ended (see its error above)")
     }
 
     /// Ends the child (it quits its connections when its input closes).

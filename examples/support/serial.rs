@@ -252,15 +252,11 @@ async fn round(variants: &mut Variants, cycles: usize) -> Vec<Option<f64>> {
     samples.into_iter().map(|s| s.map(p50_us)).collect()
 }
 
-/// Measures the serial rows: `warmup` cycles per variant, then `rounds` rounds of `cycles`.
-pub async fn measure(
-    urls: &[String],
-    run: &str,
-    warmup: usize,
-    rounds: usize,
-    cycles: usize,
-    tput: (usize, std::time::Duration),
-) -> Serial {
+/// Measures the serial rows (`plan`'s warm-up cycles per variant, then its rounds of its cycles
+/// each), then the Node libraries under the (b) load in `plan`'s throughput rounds.
+pub async fn measure(urls: &[String], run: &str, plan: &crate::plan::Plan) -> Serial {
+    let (warmup, rounds, cycles) = (plan.warmup_cycles, plan.rounds, plan.cycles);
+    let tput = (plan.throughput_rounds, plan.throughput_round);
     let mut node = [None, None];
     let mut node_note = [Err(String::new()), Err(String::new())];
     for (i, lib) in NODE_LIBS.into_iter().enumerate() {
