@@ -445,6 +445,14 @@ impl Serial {
                 println!("serial per-round p50 (µs), {}: [{}]", lib.name(), list(v));
             }
         }
+        self.print_node_throughput();
+        println!();
+    }
+}
+
+impl Serial {
+    /// Each Node library's cycles/s under the (b) load: the median and every round.
+    fn print_node_throughput(&self) {
         for (lib, v) in NODE_LIBS.iter().zip(&self.node_tput) {
             if !v.is_empty() {
                 let rates: Vec<String> = v.iter().map(|x| format!("{x:.0}")).collect();
@@ -458,11 +466,8 @@ impl Serial {
                 );
             }
         }
-        println!();
     }
-}
 
-impl Serial {
     /// The commands per uncontended cycle on each node, floor beside fredlock, and the target.
     fn print_commands(&self) {
         let Some([floor, fredlock]) = &self.commands else {
