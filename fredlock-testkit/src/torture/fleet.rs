@@ -100,7 +100,7 @@ impl Live {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Floor {
     /// The median acquire + release cycle during the calibration, alone on the machine's nodes
-    /// (see [`calibrate`]).
+    /// (see `calibrate`).
     pub solo_cycle: Duration,
     /// Acquire + release cycles completed during the run.
     pub cycles: u64,
