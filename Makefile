@@ -12,14 +12,15 @@ demo: redis-server
 ## redis-server nodes, then the integration tests again (the same binaries) against valkey-server
 ## nodes (fetched once by `make valkey-server`). One server only: make test-redis, make test-valkey.
 ## Both fetch what they need first: the Redis pass has tests that compare the two servers.
+## A failing test does not stop the others of its pass: cargo lists every failure at the end.
 test: test-redis test-valkey
 
 test-redis: redis-server valkey-server
-	FREDLOCK_SERVER=redis $(CARGO) test --workspace --all-features
+	FREDLOCK_SERVER=redis $(CARGO) test --workspace --all-features --no-fail-fast
 
 # Only the test targets that start nodes (the unit and doc tests do not depend on the server).
 test-valkey: valkey-server
-	FREDLOCK_SERVER=valkey $(CARGO) test --workspace --all-features --test '*'
+	FREDLOCK_SERVER=valkey $(CARGO) test --workspace --all-features --no-fail-fast --test '*'
 
 ## make test-stress: the flake hunt (not part of make test: 2-4 minutes a round). Builds the
 ## timing-sensitive integration tests once and runs them ROUNDS times (default 10) while busy
@@ -56,10 +57,10 @@ scheduler: redis-server
 ## fencing mode, and N=3 Redis Clusters of 3 shards, plain and in fencing mode (semaphores in all),
 ## plus a fleet run (32 Redlocks waiting for 3 hot resources, every fault, liveness rows judged
 ## against a floor client of the same run), the negative controls and the liveness controls
-## (a thundering-herd strawman must be flagged), then the election mode with observers and its
-## control, then the failover mode (every node a Sentinel group failed over at random while
-## clients contend with confirmed votes; its control: the same failover without confirmation
-## must let a second holder in) (SECS=600 in all; SEED empty = a random seed, printed for replay).
+## (32 clients on 2 hot resources: a thundering-herd strawman must be flagged), then the
+## election mode with observers and its control, then the failover mode (every node a Sentinel
+## group failed over at random while clients contend with confirmed votes; its control: the
+## same failover without confirmation must let a second holder in) (SECS=600 in all; SEED empty = a random seed, printed for replay).
 ## Exit 1 on a violation or a control the checker missed.
 SECS ?= 600
 SEED ?=
