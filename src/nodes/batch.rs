@@ -121,7 +121,7 @@ impl Batched {
     /// another way: every acquire and release clears the mark first).
     pub(crate) fn mark(&self, index: usize, queued: bool) {
         use std::sync::atomic::Ordering::Relaxed;
-        let Some(bit) = 1u64.checked_shl(index as u32).filter(|_| index < 64) else {
+        let Some(bit) = (index < 64).then(|| 1u64 << index) else {
             return;
         };
         if queued {
