@@ -77,6 +77,61 @@ async fn a_clean_up_puts_back_only_a_waiter_that_held_a_place() {
     waiter.close().await;
 }
 
+/// A head woken for its turn that finds another process's member first in the line (here the
+/// only one: the head's own entry is gone) puts that member back, and the line keeps an expiry.
+/// `ZPOPMIN` deletes a line it empties, and the put-back's `ZADD` made a new one that never
+/// expired; fails without the put-back's `PEXPIRE` (the line's PTTL is then -1). The turn
+/// without a script (a plain lock) and the script's turn (with fencing tokens).
+#[tokio::test]
+async fn a_put_back_into_an_emptied_line_keeps_it_expiring() {
+    put_back_into_an_emptied_line(false).await;
+}
+
+#[tokio::test]
+async fn a_put_back_into_an_emptied_line_keeps_it_expiring_with_fencing() {
+    put_back_into_an_emptied_line(true).await;
+}
+
+async fn put_back_into_an_emptied_line(fencing: bool) {
+    let (nodes, waiter) = local_with(3, |b| {
+        b.retry(retry(u32::MAX, 2000, 0)).fencing_tokens(fencing)
+    })
+    .await;
+    let r = unique("put-back-ttl");
+    let line = line_key(&waiter, &r);
+    let gate = waiter.line_node(&r).unwrap();
+    let task = waiting_head(&nodes, &waiter, &r, gate).await;
+    let me = line_members(&nodes, &waiter, &r).await.remove(0);
+    // Another process's member in the line, alone: the waiter's entry removed.
+    let other = waiter_of_another_process(&nodes, &waiter, &r, 0).await;
+    nodes.command(gate, &["ZREM", &line, &me]).await.unwrap();
+    assert_eq!(
+        line_members(&nodes, &waiter, &r).await,
+        std::slice::from_ref(&other)
+    );
+    // The waiter's own wake-up, as a release would publish it: it sends its turn.
+    let (instance, seq) = me.split_once(':').expect("<instance>:<seq>");
+    let channel = format!("{}~wake:{instance}", waiter.key(""));
+    let message = format!("{seq}|test");
+    nodes
+        .command(gate, &["PUBLISH", &channel, &message])
+        .await
+        .unwrap();
+    // Its turn popped `other`, put it back, and joined the waiter behind it.
+    assert!(
+        line_has(&nodes, &waiter, &r, 2).await,
+        "the waiter's turn never ran"
+    );
+    assert_eq!(line_members(&nodes, &waiter, &r).await, [other, me]);
+    let ttl = nodes.command(gate, &["PTTL", &line]).await.unwrap();
+    assert!(
+        matches!(ttl, fredlock_testkit::RespValue::Integer(ms) if ms > 0),
+        "the line lost its expiry: PTTL {ttl:?}"
+    );
+    task.abort();
+    waiter.close().await;
+}
+
 /// Another process holds `key` on every node for a minute.
 async fn held_elsewhere(nodes: &LocalNodes, key: &str) {
     for i in 0..3 {

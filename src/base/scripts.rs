@@ -311,7 +311,13 @@ if me ~= '' and how == 'turn' then
     h, known = me, true
   end
   -- Back at its place (anyone else, or the head refused by a key still held).
-  if first[1] then redis.call('ZADD', line, first[2], first[1]) end
+  if first[1] then
+    redis.call('ZADD', line, first[2], first[1])
+    -- A put-back at the front renews the line: ZPOPMIN deletes a line it empties, expiry and
+    -- all, and someone else's entry put back alone would make a line that never expires.
+    -- (The waiter's own entry gets its expiry from its join below.)
+    if first[1] ~= me then redis.call('PEXPIRE', line, 4 * tonumber(ARGV[4])) end
+  end
 elseif me ~= '' and how == 'new' then
   -- Not in the line yet: its last two entries say whether anyone is ahead, and whether two
   -- are (a head whose lease is gone is left to the waiters' looks).

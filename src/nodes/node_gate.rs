@@ -170,7 +170,18 @@ impl Node {
             }
             Ok(PlainTurn::NotHead { other, set }) => {
                 if let Some((m, score)) = other {
-                    if let Err(e) = put_back(&m, &score).await {
+                    // A put-back at the front renews the line, as the script's does: the pop
+                    // deleted a line it emptied, and the ZADD alone makes one that never expires.
+                    let lease = crate::base::line::LEASE.as_millis().saturating_mul(4);
+                    let renew = vec![
+                        line_key.clone(),
+                        Value::Integer(i64::try_from(lease).unwrap_or(i64::MAX)),
+                    ];
+                    let (back, renewed) = futures::join!(
+                        put_back(&m, &score),
+                        self.call("PEXPIRE", 0, renew, timeout)
+                    );
+                    if let Err(e) = back.and(renewed) {
                         return Turned::Answer(Acquired::plain(Vote::Failed(e)));
                     }
                 }
