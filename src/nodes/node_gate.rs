@@ -177,10 +177,14 @@ impl Node {
                         line_key.clone(),
                         Value::Integer(i64::try_from(lease).unwrap_or(i64::MAX)),
                     ];
-                    let (back, renewed) = futures::join!(
-                        put_back(&m, &score),
-                        self.call("PEXPIRE", 0, renew, timeout)
-                    );
+                    // Boxed: a rare path, kept out of every acquire's future (see `future_size`).
+                    let (back, renewed) = Box::pin(async {
+                        futures::join!(
+                            put_back(&m, &score),
+                            self.call("PEXPIRE", 0, renew, timeout)
+                        )
+                    })
+                    .await;
                     if let Err(e) = back.and(renewed) {
                         return Turned::Answer(Acquired::plain(Vote::Failed(e)));
                     }
