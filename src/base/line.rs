@@ -150,15 +150,15 @@ impl Line {
         }
     }
 
-    /// A wake-up message from a subscriber: `<seq>|<why>`. Unknown or malformed: ignored (a
-    /// member that left, or a message that is not ours).
+    /// A wake-up message from a subscriber: `<seq>|<why>`, the member's turn, or only a look at
+    /// its gate when `why` is `look` (a head left while the key was held: the member is the
+    /// head now). Unknown or malformed: ignored (a member that left, or a message that is not
+    /// ours).
     pub(crate) fn dispatch(&self, payload: &str) {
-        let seq = payload
-            .split('|')
-            .next()
-            .and_then(|s| s.parse::<u64>().ok());
+        let mut parts = payload.split('|');
+        let seq = parts.next().and_then(|s| s.parse::<u64>().ok());
         if let Some(seq) = seq {
-            self.wake_seq(seq, true);
+            self.wake_seq(seq, parts.next() != Some("look"));
         }
     }
 
@@ -308,6 +308,60 @@ impl Drop for Member {
     }
 }
 
+/// A waiter's call on its gate while it runs (see `Node::acquire`). A turn that finds the key
+/// held takes several round trips there (the pop and the `SET`, the put-back, the line script's
+/// look), and the look still sets the key if it is free by then; the attempt may meanwhile have
+/// been granted by the other nodes and its lock released. What ends that lock on the gate (its
+/// release, a hand-over, a shortening) first waits for this call, so it lands after it: sent
+/// at once, it could land between two of those round trips and leave the key of a released
+/// lock on the gate for a whole TTL.
+#[derive(Debug, Default)]
+pub(crate) struct GateCall {
+    running: std::sync::atomic::AtomicBool,
+    done: Notify,
+}
+
+/// Marks a [`GateCall`] as running until dropped (also when the call's future is dropped:
+/// whatever it handed to the connection is then ahead of anything sent after).
+pub(crate) struct Running<'a>(&'a GateCall);
+
+impl GateCall {
+    /// The call starts.
+    pub(crate) fn begin(&self) -> Running<'_> {
+        self.running
+            .store(true, std::sync::atomic::Ordering::Release);
+        Running(self)
+    }
+
+    /// Whether the call still runs.
+    pub(crate) fn is_running(&self) -> bool {
+        self.running.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Waits until the call is over, at most `within`; at once when none runs.
+    pub(crate) async fn settled(&self, within: Duration) {
+        use std::sync::atomic::Ordering::Acquire;
+        if !self.running.load(Acquire) {
+            return;
+        }
+        let done = self.done.notified();
+        tokio::pin!(done);
+        done.as_mut().enable();
+        if self.running.load(Acquire) {
+            let _ = tokio::time::timeout(within, done).await;
+        }
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0
+            .running
+            .store(false, std::sync::atomic::Ordering::Release);
+        self.0.done.notify_waiters();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,6 +376,13 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), b.woken())
             .await
             .expect("b is woken");
+        assert!(b.take_turn(), "a release's wake-up is the member's turn");
+        // `look`: woken to look at its gate, not for its turn.
+        line.dispatch(&format!("{seq_b}|look"));
+        tokio::time::timeout(Duration::from_secs(5), b.woken())
+            .await
+            .expect("b is woken to look");
+        assert!(!b.take_turn(), "a look is not a turn");
         let a_woken = tokio::time::timeout(Duration::from_millis(20), a.woken()).await;
         assert!(a_woken.is_err(), "a was not woken");
         // Garbage is ignored.

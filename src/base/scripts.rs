@@ -450,10 +450,14 @@ return {deleted, ''}
 "#
 );
 
-/// Leave a wait line (a waiter that gave up, was cancelled or timed out), and when the leaver
-/// was its head (or no member is given: a poke after a lock was broken) and a key is free, wake
-/// the next head. KEYS[1..n]: the lock keys; KEYS[n+1]: the line. ARGV[1]: the member ('' =
-/// none); ARGV[2]: channel prefix. Reply: the member woken, or ''.
+/// Leave a wait line (a waiter that gave up, was cancelled or timed out, or was granted by the
+/// other nodes while this gate refused it), and when the leaver was its head (or no member is
+/// given: a poke after a lock was broken) wake the next head: for its turn when a key is free
+/// (`leave`), otherwise only to look at the gate (`look`), which tells it that it is the head
+/// now (a waiter far behind would learn it only at its next `ZRANK`, up to 4 s later, and a
+/// key held by a client that ignores lines is freed without a wake-up).
+/// KEYS[1..n]: the lock keys; KEYS[n+1]: the line. ARGV[1]: the member ('' = none); ARGV[2]:
+/// channel prefix. Reply: the member woken for its turn, or ''.
 const LINE_LEAVE: &str = concat!(
     line_lib!(),
     r#"
@@ -476,6 +480,8 @@ for i = 1, n do
     return ''
   end
 end
+local h = live_head(line)
+if h then wake(h, ARGV[2], 'look') end
 return ''
 "#
 );

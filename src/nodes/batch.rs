@@ -233,6 +233,8 @@ pub(crate) struct LineRef {
     /// Where the gate's answer to this attempt is told, even when it comes after the attempt
     /// was decided (`None`: the attempt carries no member).
     pub(crate) answer: Option<Arc<GateAnswer>>,
+    /// The waiter's call on the gate while it runs: what ends the lock there waits for it.
+    pub(crate) call: crate::base::line::GateCall,
 }
 
 /// What a waiter's attempt heard from its gate: told by the gate's call when it answers (also
@@ -307,6 +309,7 @@ impl LineRef {
             rank: false,
             place: Place::Look,
             answer: None,
+            call: Default::default(),
         }
     }
 }

@@ -40,6 +40,12 @@ impl Node {
         timeout: Duration,
     ) -> Acquired {
         held.batched.mark(self.state.index, false);
+        // A waiter's call on its gate may take several round trips (a turn that finds the key
+        // held) and still set the key at the last: what ends the lock there waits for it.
+        let _call = self
+            .gated(&held.line)
+            .filter(|l| l.member.is_some())
+            .map(|l| l.call.begin());
         let mut acquired = 'vote: {
             // A node that is not identified yet, or is the same server as another entry, must not
             // vote: nothing is sent, so nothing needs cleaning up there.
@@ -221,6 +227,7 @@ impl Node {
     }
 
     async fn release_here(&self, held: &Arc<Held>, timeout: Duration) -> Vote {
+        self.after_gate_call(held, timeout).await;
         // Sent even to a duplicate (it only deletes our own token), but a duplicate's answer
         // is never counted.
         let counts = self.state.counts();
@@ -490,6 +497,7 @@ impl Node {
         timeout: Duration,
     ) -> Vote {
         held.repairs.close();
+        self.after_gate_call(&held, timeout).await;
         let scripts = crate::base::scripts::Scripts::get();
         self.ttl_script(&scripts.shorten, held, ttl_ms, timeout)
             .await

@@ -601,6 +601,7 @@ impl Drop for Place {
         if self.joined && self.granted {
             self.inner.forget_place(
                 self.line.gate,
+                std::mem::take(&mut self.line.keys),
                 std::mem::take(&mut self.line.line_key),
                 self.member.name().to_string(),
                 self.gated.clone(),

@@ -518,6 +518,7 @@ impl Inner {
             at_gate: std::sync::atomic::AtomicBool::new(false),
             rank: turn.in_line || self.wake.is_none(),
             answer: turn.member.is_some().then(|| turn.gated.clone()),
+            call: Default::default(),
             place: match (turn.woken, turn.in_line) {
                 (true, _) => Place::Turn,
                 (false, false) => Place::New,
@@ -558,16 +559,19 @@ impl Inner {
         });
     }
 
-    /// Takes `member` out of line `line_key` on `gate` in the background, with one `ZREM` and
-    /// nothing more: for a waiter granted the lock before its gate answered. The gate ran that
-    /// attempt's script first (same connection), so the member is in line there only if the
-    /// gate refused it; nobody needs waking then (the lock is ours: our release wakes the head).
-    /// So the gate's late answer is awaited first (up to the release timeout): a grant there
-    /// took the member out already, and nothing is sent. Retried like
-    /// [`leave_line`](Self::leave_line).
+    /// Takes `member` out of line `line_key` on `gate` in the background, for a waiter granted
+    /// the lock before its gate answered. The gate ran that attempt's call first (same
+    /// connection), so the member is in line there only if the gate refused it: the gate's late
+    /// answer is awaited first (up to the release timeout), and after a grant there (which took
+    /// the member out already) nothing is sent. Otherwise it leaves as a waiter that gave up
+    /// does ([`leave_line`](Self::leave_line)): when it was the head and the key is free there,
+    /// the next head is woken. The key on the gate was not ours (it refused), and our release
+    /// there, which may come first, saw our own member at the head and woke nobody: the one
+    /// behind it may not even know it is next (a waiter far behind asks its place every 4 s).
     pub(crate) fn forget_place(
         self: &Arc<Self>,
         gate: usize,
+        keys: Vec<String>,
         line_key: String,
         member: String,
         answer: Arc<GateAnswer>,
@@ -575,18 +579,12 @@ impl Inner {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let node = self.nodes[gate].clone();
         let inner = self.clone();
         let timeout = self.release_timeout();
-        let until = Instant::now()
-            .checked_add(LEASE)
-            .unwrap_or_else(Instant::now);
         rt.spawn(async move {
-            if answer.granted_within(timeout).await {
-                return;
+            if !answer.granted_within(timeout).await {
+                inner.leave_line(gate, keys, line_key, member);
             }
-            let forget = || node.forget_place(&line_key, &member, timeout);
-            background::retry_leave(&*inner, until, forget).await;
         });
     }
 }
