@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::lines::{line_has, line_key, line_members};
+use common::lines::{line_has, line_key, line_members, sent_commands};
 use common::*;
 use fredlock::Retry;
 use fredlock_testkit::{LocalNodes, RespValue};
@@ -47,7 +47,7 @@ async fn a_release_lands_after_a_turn_it_was_granted_without() {
             .await
             .unwrap();
     }
-    let looks = calls(&nodes, gate, "pttl").await;
+    let looks = command_calls(&nodes, gate, "pttl").await;
     let task = tokio::spawn({
         let (waiter, r) = (waiter.clone(), r.clone());
         async move { waiter.acquire(r.as_str(), TTL).await }
@@ -55,7 +55,7 @@ async fn a_release_lands_after_a_turn_it_was_granted_without() {
     assert!(line_has(&nodes, &waiter, &r, 1).await, "the waiter joined");
     // Its wake-ups came up: it looked at the gate again (each look reads the key's PTTL).
     let subscribed = eventually(Duration::from_secs(5), || async {
-        calls(&nodes, gate, "pttl").await >= looks + 3
+        command_calls(&nodes, gate, "pttl").await >= looks + 3
     });
     assert!(subscribed.await, "the waiter never looked again");
     let me = line_members(&nodes, &waiter, &r).await.remove(0);
@@ -63,7 +63,7 @@ async fn a_release_lands_after_a_turn_it_was_granted_without() {
     for i in (0..3).filter(|&i| i != gate) {
         nodes.command(i, &["DEL", &key]).await.unwrap();
     }
-    let put_backs = calls(&nodes, gate, "zadd").await;
+    let put_backs = command_calls(&nodes, gate, "zadd").await;
     // From now on the gate holds every write (scripts and PUBLISH included) for 1.5 s.
     nodes
         .command(gate, &["CLIENT", "PAUSE", "1500", "WRITE"])
@@ -89,7 +89,7 @@ async fn a_release_lands_after_a_turn_it_was_granted_without() {
     // The turn put the waiter back (its SET found the key held), then looked, which took it out
     // of the line (granted: the key was free by then).
     let put_back = eventually(Duration::from_secs(5), || async {
-        calls(&nodes, gate, "zadd").await > put_backs
+        command_calls(&nodes, gate, "zadd").await > put_backs
     });
     assert!(put_back.await, "the turn never put the waiter back");
     assert!(line_has(&nodes, &waiter, &r, 0).await, "the look never ran");
@@ -217,44 +217,4 @@ async fn head_score(nodes: &LocalNodes, i: usize, line: &str) -> i64 {
         },
         other => panic!("ZRANGE: {other:?}"),
     }
-}
-
-/// The commands clients sent to node `i` since its slow log was reset (with every command
-/// logged), oldest first, each as its name and arguments.
-async fn sent_commands(nodes: &LocalNodes, i: usize) -> Vec<Vec<String>> {
-    let log = nodes.command(i, &["SLOWLOG", "GET", "1024"]).await.unwrap();
-    let RespValue::Array(Some(entries)) = log else {
-        panic!("SLOWLOG GET: {log:?}");
-    };
-    let text = |v: &RespValue| match v {
-        RespValue::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
-        RespValue::Simple(s) => s.clone(),
-        other => format!("{other:?}"),
-    };
-    let mut sent: Vec<Vec<String>> = entries
-        .iter()
-        .filter_map(|e| match e {
-            RespValue::Array(Some(fields)) => match fields.get(3) {
-                Some(RespValue::Array(Some(args))) => Some(args.iter().map(text).collect()),
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect();
-    sent.reverse();
-    sent
-}
-
-/// Calls of `command` on node `i` so far (`INFO commandstats`, calls inside scripts included).
-async fn calls(nodes: &LocalNodes, i: usize, command: &str) -> u64 {
-    let info = nodes.command(i, &["INFO", "commandstats"]).await.unwrap();
-    let RespValue::Bulk(Some(text)) = info else {
-        panic!("INFO commandstats: {info:?}");
-    };
-    let prefix = format!("cmdstat_{command}:calls=");
-    String::from_utf8_lossy(&text)
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().expect("a count"))
 }

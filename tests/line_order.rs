@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::lines::{line_has, line_key, line_members, Probe};
+use common::lines::{line_has, line_key, line_members, sent_commands, Probe};
 use common::*;
 use fredlock::{AcquireOptions, Error, Retry};
 use fredlock_testkit::{Fault, LocalNodes};
@@ -640,33 +640,6 @@ struct Calls {
     zrem: u64,
     del: u64,
     pttl: u64,
-}
-
-/// The commands clients sent to node `i` since its slow log was reset (with every command
-/// logged), oldest first, each as its name and arguments.
-async fn sent_commands(nodes: &LocalNodes, i: usize) -> Vec<Vec<String>> {
-    use fredlock_testkit::RespValue;
-    let log = nodes.command(i, &["SLOWLOG", "GET", "1024"]).await.unwrap();
-    let RespValue::Array(Some(entries)) = log else {
-        panic!("SLOWLOG GET: {log:?}");
-    };
-    let text = |v: &RespValue| match v {
-        RespValue::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
-        RespValue::Simple(s) => s.clone(),
-        other => format!("{other:?}"),
-    };
-    let mut sent: Vec<Vec<String>> = entries
-        .iter()
-        .filter_map(|e| match e {
-            RespValue::Array(Some(fields)) => match fields.get(3) {
-                Some(RespValue::Array(Some(args))) => Some(args.iter().map(text).collect()),
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect();
-    sent.reverse();
-    sent
 }
 
 async fn calls(nodes: &LocalNodes, i: usize) -> Calls {

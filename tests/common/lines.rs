@@ -139,3 +139,29 @@ pub async fn line_has(
     })
     .await
 }
+
+/// The commands clients sent to node `i` since its slow log was reset (with every command
+/// logged: `slowlog-log-slower-than 0`), oldest first, each as its name and arguments.
+pub async fn sent_commands(nodes: &LocalNodes, i: usize) -> Vec<Vec<String>> {
+    let log = nodes.command(i, &["SLOWLOG", "GET", "1024"]).await.unwrap();
+    let RespValue::Array(Some(entries)) = log else {
+        panic!("SLOWLOG GET: {log:?}");
+    };
+    let text = |v: &RespValue| match v {
+        RespValue::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
+        RespValue::Simple(s) => s.clone(),
+        other => format!("{other:?}"),
+    };
+    let mut sent: Vec<Vec<String>> = entries
+        .iter()
+        .filter_map(|e| match e {
+            RespValue::Array(Some(fields)) => match fields.get(3) {
+                Some(RespValue::Array(Some(args))) => Some(args.iter().map(text).collect()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    sent.reverse();
+    sent
+}
