@@ -465,7 +465,8 @@ impl Node {
     }
 
     /// Leaves `line` (a waiter that gave up), or with no member pokes it (a broken lock): the
-    /// next head is woken when a key is free. Returns the member woken.
+    /// next head is woken, for its turn when a key is free, otherwise to look at the gate (see
+    /// `scripts::LINE_LEAVE`). Returns the member woken for its turn.
     pub(crate) async fn leave_line(
         self: Arc<Self>,
         keys: Arc<Vec<String>>,

@@ -564,8 +564,8 @@ impl Inner {
     /// connection), so the member is in line there only if the gate refused it: the gate's late
     /// answer is awaited first (up to the release timeout), and after a grant there (which took
     /// the member out already) nothing is sent. Otherwise it leaves as a waiter that gave up
-    /// does ([`leave_line`](Self::leave_line)): when it was the head and the key is free there,
-    /// the next head is woken. The key on the gate was not ours (it refused), and our release
+    /// does ([`leave_line`](Self::leave_line)): when it was the head, the next head is woken
+    /// (for its turn when the key is free there, otherwise to look). The key on the gate was not ours (it refused), and our release
     /// there, which may come first, saw our own member at the head and woke nobody: the one
     /// behind it may not even know it is next (a waiter far behind asks its place every 4 s).
     pub(crate) fn forget_place(
