@@ -568,14 +568,18 @@ fn duplicate(first: usize, a: &Node, second: usize, b: &Node, how: String) -> Er
 }
 
 /// Waits until a quorum of nodes is connected and identified, then gives the others only
-/// [`CONNECT_GRACE`] more; never longer than `wait` in all (`Duration::MAX`: no limit).
-/// Returns how long it waited.
+/// [`CONNECT_GRACE`] more; never longer than `wait` in all (`Duration::MAX`: no limit). As
+/// soon as so many nodes refuse the credentials that no quorum can connect (an answer that is
+/// final), the others get the same grace. Returns how long it waited.
 async fn wait_for_quorum(nodes: &[Arc<Node>], wait: Duration) -> Duration {
     use futures::stream::{FuturesUnordered, StreamExt};
     let started = tokio::time::Instant::now();
     let q = quorum::quorum(nodes.len());
-    let mut pending: FuturesUnordered<_> = nodes.iter().map(|n| n.up()).collect();
-    let mut connected = 0;
+    let mut pending: FuturesUnordered<_> = nodes
+        .iter()
+        .map(|n| crate::nodes::node_status::up_or_refused(&n.state))
+        .collect();
+    let (mut connected, mut refused) = (0, 0);
     // `None`: no limit.
     let mut until = started.checked_add(wait);
     loop {
@@ -586,11 +590,14 @@ async fn wait_for_quorum(nodes: &[Arc<Node>], wait: Duration) -> Duration {
             },
             None => pending.next().await,
         };
-        if next.is_none() {
-            break;
+        match next {
+            None => break,
+            Some(true) => connected += 1,
+            Some(false) => refused += 1,
         }
-        connected += 1;
-        if connected >= q {
+        // Either answer is known once a quorum has connected or can no longer connect: the
+        // others get a grace to end their first attempts, so that the error names their causes.
+        if connected >= q || nodes.len() - refused < q {
             let grace = tokio::time::Instant::now() + CONNECT_GRACE;
             until = Some(until.map_or(grace, |u| u.min(grace)));
         }

@@ -609,6 +609,44 @@ async fn build_fails_when_no_quorum_accepts_the_credentials() {
     redlock.close().await;
 }
 
+/// A refused password is final, so `build()` says so as soon as the server has answered, not
+/// after `connect_wait`. Before, a lone node with a wrong password failed only once the whole
+/// wait (2 s by default; 30 s here) had passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_password_fails_build_at_once() {
+    let nodes = LocalNodes::start(3).await.expect("nodes");
+    for i in 0..3 {
+        nodes
+            .command(i, &["CONFIG", "SET", "requirepass", SECRET])
+            .await
+            .expect("requirepass");
+    }
+    let wrong = |i: usize| format!("redis://:{SECRET}x@127.0.0.1:{}", nodes.port(i));
+    let wait = Duration::from_secs(30);
+    for urls in [vec![wrong(0)], (0..3).map(wrong).collect::<Vec<_>>()] {
+        let started = Instant::now();
+        let err = Redlock::builder()
+            .nodes(urls.clone())
+            .connect_wait(wait)
+            .build()
+            .await
+            .expect_err("no node accepts the password");
+        let took = started.elapsed();
+        let Error::Connect { failures, .. } = &err else {
+            panic!("expected Connect, got {err:?}");
+        };
+        assert!(err.to_string().contains("WRONGPASS"), "{err}");
+        // Enough refusals to leave no quorum (the others may still be connecting).
+        let refused = failures
+            .iter()
+            .filter(|f| f.kind == NodeErrorKind::Auth)
+            .count();
+        assert!(refused > urls.len() / 2, "{err}");
+        // Generous: the servers answer within milliseconds; the old behaviour took all 30 s.
+        assert!(took < wait / 3, "{} nodes: build took {took:?}", urls.len());
+    }
+}
+
 fn failed_vote(node: &str, kind: NodeErrorKind, message: &str) -> Vote {
     Vote::Failed(NodeError {
         node: node.into(),

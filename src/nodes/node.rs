@@ -38,7 +38,7 @@ use crate::base::scripts::Script;
 pub(crate) use crate::nodes::batch::{GateAnswer, Held, LineRef, Place};
 use crate::nodes::batcher::Batch;
 use crate::nodes::cluster::Shards;
-use crate::nodes::connection::{self, options, Link, Servers, State};
+use crate::nodes::connection::{self, options, Servers, State};
 
 pub(crate) use crate::base::reply::{Acquired, Queue, Slot};
 pub use fred::clients::Client;
@@ -299,12 +299,6 @@ impl Node {
                 }
             }
         }
-    }
-
-    /// Resolves once the node is connected and identified.
-    pub(crate) async fn up(&self) {
-        let mut rx = self.state.link.subscribe();
-        let _ = rx.wait_for(|l| *l == Link::Up).await;
     }
 
     /// One command with fredlock's options: fred's own timeout, one attempt, fail fast while the

@@ -90,6 +90,30 @@ pub(crate) fn status(state: &State) -> NodeStatus {
     }
 }
 
+/// Resolves `true` once the node is up, `false` once it refuses our credentials (`NOAUTH`,
+/// `WRONGPASS`): retrying does not change that answer, so `build()` need not wait it out.
+/// Never resolves while the node is unreachable for any other reason (the caller bounds it).
+pub(crate) async fn up_or_refused(state: &State) -> bool {
+    let mut link = state.link.subscribe();
+    let mut cause = state.cause_changes();
+    loop {
+        if *link.borrow_and_update() == Link::Up {
+            return true;
+        }
+        if matches!(&*cause.borrow_and_update(), Some((NodeErrorKind::Auth, _))) {
+            return false;
+        }
+        let changed = tokio::select! {
+            r = link.changed() => r,
+            r = cause.changed() => r,
+        };
+        if changed.is_err() {
+            // The connection is gone: no answer will come.
+            return std::future::pending().await;
+        }
+    }
+}
+
 /// Resolves once the node's first connection attempt has ended (connected, or failed with a
 /// cause), or at once when it has, or the Redlock is closed; never later than `wait` from now
 /// (`Duration::MAX`: no limit).
