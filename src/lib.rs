@@ -74,6 +74,7 @@ pub use base::error::{
     Result, Round, Vote, Votes,
 };
 pub use base::owner::{MAX_LABEL_LEN, MAX_TOKEN_LEN, SEPARATOR};
+pub use base::slots::MAX_RESOURCE_LEN;
 pub use config::{Builder, Retry};
 pub use hold::keepalive::{KeepAlive, KeepAliveOptions, LockHandle, Rejected};
 pub use hold::with_lock::{OnLost, WithLock};

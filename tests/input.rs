@@ -63,6 +63,51 @@ async fn every_invalid_input_has_its_error() {
     lock.release().await.unwrap();
 }
 
+/// A name over `MAX_RESOURCE_LEN` bytes is refused before anything is sent, by every primitive;
+/// a name of exactly the limit is a lock like any other. Before, a 1 MB name was accepted (and
+/// each acquire took tens of milliseconds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_over_the_size_limit_is_refused() {
+    let env = env(3).await;
+    let r = &env.redlock;
+    let ttl = Duration::from_secs(1);
+    let at_limit = unique("big");
+    let at_limit = format!(
+        "{at_limit}{}",
+        "x".repeat(fredlock::MAX_RESOURCE_LEN - at_limit.len())
+    );
+    let lock = r
+        .acquire(at_limit.as_str(), ttl)
+        .await
+        .expect("a name of the limit");
+    lock.release().await.expect("release");
+    for len in [fredlock::MAX_RESOURCE_LEN + 1, 1 << 20] {
+        // A two-byte character across the cut: the error's excerpt must not split it.
+        let name = format!("{}{}", "é".repeat(30), "y".repeat(len - 60));
+        let too_long = |e: InvalidInput| match e {
+            InvalidInput::ResourceTooLong {
+                start,
+                len: got,
+                max,
+            } => {
+                assert_eq!((got, max), (len, fredlock::MAX_RESOURCE_LEN));
+                assert!(name.starts_with(&start) && start.len() <= 40, "{start:?}");
+            }
+            other => panic!("{len} bytes: expected ResourceTooLong, got {other:?}"),
+        };
+        too_long(invalid(r.acquire(name.as_str(), ttl).await));
+        too_long(invalid(r.acquire(["ok", name.as_str()], ttl).await));
+        too_long(invalid(r.try_acquire(name.as_str(), ttl).await));
+        too_long(invalid(r.inspect(&name).await));
+        too_long(invalid(r.semaphore(name.as_str(), 2)));
+        too_long(invalid(r.rwlock(name.as_str())));
+        too_long(invalid(r.elect(name.as_str(), ttl)));
+        too_long(invalid(r.leader_of(&name).await));
+        let shown = invalid(r.acquire(name.as_str(), ttl).await).to_string();
+        assert!(shown.contains("hash"), "{shown}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_invalid_configuration_has_its_error() {
     let urls = vec![

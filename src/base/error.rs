@@ -227,6 +227,16 @@ pub enum InvalidInput {
     /// A resource name was empty.
     #[error("empty resource name")]
     EmptyResource,
+    /// A resource name longer than [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes.
+    #[error("resource name {start:?}... is {len} bytes, more than the {max} allowed: lock a hash of the name instead (for example its SHA-256 in hex)")]
+    ResourceTooLong {
+        /// The name's first characters (at most 40 bytes).
+        start: String,
+        /// The name's length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
     /// A resource name starting with `~`, which fredlock reserves for its own keys (fencing
     /// counters, semaphore slots).
     #[error("resource name {0:?} starts with '~', which is reserved for fredlock's own keys")]

@@ -7,11 +7,48 @@
 //!   when the lock key has a tag of its own (the tag is kept);
 //! - all keys of one semaphore share a slot: `P~sem:{name}:0..n` and `P~sem:{name}:permits`.
 //!
-//! Owns: the slot function and the naming rules. Must not: know about nodes or connections.
+//! Owns: the slot function, the naming rules and the check of a caller's name. Must not: know about nodes or connections.
 
 /// Resource names starting with this are fredlock's own (fencing counters, semaphore slots):
 /// a caller's name may not start with it, so no lock key can collide with one of them.
 pub(crate) const RESERVED: &str = "~";
+
+use crate::base::error::InvalidInput;
+
+/// The longest resource name accepted, in bytes. Every command of a lock carries the name (and
+/// a key built from it) to every node, so a name of a megabyte makes each acquire cost tens of
+/// milliseconds; 4 KiB holds any path or composite key. Hash a longer name (for example to its
+/// SHA-256 in hex) and lock the hash.
+pub const MAX_RESOURCE_LEN: usize = 4096;
+
+/// Checks a caller's resource name: [`check_size`], and not starting with [`RESERVED`].
+pub(crate) fn check_name(name: &str) -> Result<(), InvalidInput> {
+    check_size(name)?;
+    if name.starts_with(RESERVED) {
+        return Err(InvalidInput::ReservedResource(name.to_string()));
+    }
+    Ok(())
+}
+
+/// Checks a name to read or to break (fredlock's own keys included): not empty, and at most
+/// [`MAX_RESOURCE_LEN`] bytes.
+pub(crate) fn check_size(name: &str) -> Result<(), InvalidInput> {
+    if name.is_empty() {
+        return Err(InvalidInput::EmptyResource);
+    }
+    if name.len() > MAX_RESOURCE_LEN {
+        let mut end = 40;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        return Err(InvalidInput::ResourceTooLong {
+            start: name[..end].to_string(),
+            len: name.len(),
+            max: MAX_RESOURCE_LEN,
+        });
+    }
+    Ok(())
+}
 
 /// How a resource name is shown in errors: a semaphore slot (`~sem:{pool}:3`, an internal
 /// name) as its semaphore and permit, `pool (permit 3)`; any other name as it is.

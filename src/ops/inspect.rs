@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::base::error::{InvalidInput, NodeError, Result};
+use crate::base::error::{NodeError, Result};
 use crate::nodes::node::Node;
 use crate::rounds::quorum::{fan_out, Late};
 use crate::rounds::redlock::Redlock;
@@ -158,9 +158,7 @@ impl Redlock {
             + Send
             + 'static,
     {
-        if resource.is_empty() {
-            return Err(InvalidInput::EmptyResource.into());
-        }
+        crate::base::slots::check_size(resource)?;
         let key = self.key(resource);
         let timeout = self
             .inner

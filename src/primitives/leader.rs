@@ -372,12 +372,7 @@ impl Redlock {
     }
 
     pub(crate) fn check_election_name(&self, resource: &str) -> Result<(), InvalidInput> {
-        if resource.is_empty() {
-            return Err(InvalidInput::EmptyResource);
-        }
-        if resource.starts_with(crate::rounds::redlock::RESERVED) {
-            return Err(InvalidInput::ReservedResource(resource.to_string()));
-        }
+        crate::base::slots::check_name(resource)?;
         self.check_slots(&[
             self.key(resource),
             self.election_key(resource),

@@ -30,14 +30,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::base::error::{Error, InvalidInput, NodeError, NodeErrorKind, Result};
+use crate::base::error::{Error, NodeError, NodeErrorKind, Result};
 use crate::hold::keepalive::{KeepAlive, KeepAliveOptions, Rejected};
 use crate::ops::inspect::{node_state, RwInspection, RwNodeView};
 use crate::primitives::rwlock_round::{Mark, RwRounds, Side};
 use crate::rounds::attempt::Failure;
 use crate::rounds::lock::{Lock, ReleaseReport};
 use crate::rounds::quorum::{fan_out, Late};
-use crate::rounds::redlock::{random_up_to, Redlock, Retry, RESERVED};
+use crate::rounds::redlock::{random_up_to, Redlock, Retry};
 
 /// A read-write lock named `name` over a [`Redlock`]'s nodes: many readers or one writer.
 /// Cheap to clone. See [`Redlock::rwlock`].
@@ -96,12 +96,7 @@ impl Redlock {
     /// Errors: [`InvalidInput`] for an empty name or one starting with `~`.
     pub fn rwlock(&self, name: impl Into<String>) -> Result<RwLock> {
         let name = name.into();
-        if name.is_empty() {
-            return Err(InvalidInput::EmptyResource.into());
-        }
-        if name.starts_with(RESERVED) {
-            return Err(InvalidInput::ReservedResource(name).into());
-        }
+        crate::base::slots::check_name(&name)?;
         let rw = RwLock {
             redlock: self.clone(),
             name,

@@ -34,7 +34,7 @@ use crate::rounds::acquire_loop::WaitLine;
 use crate::rounds::attempt::Turn;
 use crate::rounds::lock::{Lock, ReleaseReport};
 use crate::rounds::quorum::{fan_out, Late};
-use crate::rounds::redlock::{Redlock, RESERVED};
+use crate::rounds::redlock::Redlock;
 
 /// The most permits one semaphore may have (each acquire script walks the slots).
 pub const MAX_PERMITS: usize = 1024;
@@ -85,12 +85,7 @@ impl Redlock {
     /// ([`InvalidInput::PermitsMismatch`]).
     pub fn semaphore(&self, name: impl Into<String>, permits: usize) -> Result<Semaphore> {
         let name = name.into();
-        if name.is_empty() {
-            return Err(InvalidInput::EmptyResource.into());
-        }
-        if name.starts_with(RESERVED) {
-            return Err(InvalidInput::ReservedResource(name).into());
-        }
+        crate::base::slots::check_name(&name)?;
         if permits == 0 {
             return Err(InvalidInput::ZeroPermits.into());
         }

@@ -452,11 +452,8 @@ impl Redlock {
         if names.is_empty() {
             return Err(InvalidInput::NoResources.into());
         }
-        if names.iter().any(|n| n.is_empty()) {
-            return Err(InvalidInput::EmptyResource.into());
-        }
-        if let Some(name) = names.iter().find(|n| n.starts_with(RESERVED)) {
-            return Err(InvalidInput::ReservedResource(name.clone()).into());
+        for name in &names {
+            crate::base::slots::check_name(name)?;
         }
         self.request_unchecked(names, ttl)
     }
