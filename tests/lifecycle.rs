@@ -458,3 +458,43 @@ async fn close_waits_for_a_late_extension_resent_after_noscript() {
     let ttl = nodes.pttl(0, &key).await.expect("PTTL");
     assert!(ttl > 60_000, "node 0 kept the old TTL: PTTL {ttl}");
 }
+
+/// Nodes on Unix domain sockets (feature `unix-sockets`): `redis+unix://` and `unix://` URLs
+/// grant, extend and release like TCP ones, and the key is on the server behind the socket.
+/// Before, both schemes were refused ("unsupported scheme").
+#[cfg(feature = "unix-sockets")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_on_unix_sockets_grant_and_release() {
+    let nodes = fredlock_testkit::LocalNodes::start_with_unix_sockets(3)
+        .await
+        .expect("nodes");
+    let mut urls: Vec<String> = (0..3).map(|i| nodes.unix_url(i)).collect();
+    urls[2] = urls[2].replacen("redis+unix://", "unix://", 1);
+    let redlock = fredlock::Redlock::builder()
+        .nodes(urls)
+        .require_quorum(true)
+        .build()
+        .await
+        .expect("build on Unix sockets");
+    for name in redlock.node_names() {
+        assert!(
+            name.starts_with("unix:/") && name.ends_with("redis.sock/0"),
+            "{name}"
+        );
+    }
+    let (r, key) = resource(&redlock, "unix");
+    let mut lock = redlock
+        .acquire(r.as_str(), Duration::from_secs(10))
+        .await
+        .expect("acquire");
+    lock.extend(Duration::from_secs(20)).await.expect("extend");
+    for i in 0..3 {
+        let value = nodes.get(i, &key).await.expect("GET over TCP");
+        assert_eq!(value.as_deref(), Some(lock.value()), "node {i}");
+    }
+    lock.release().await.expect("release");
+    for i in 0..3 {
+        assert_eq!(nodes.get(i, &key).await.expect("GET"), None, "node {i}");
+    }
+    redlock.close().await;
+}

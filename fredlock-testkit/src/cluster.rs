@@ -137,6 +137,7 @@ impl LocalCluster {
             .to_vec(),
             durable,
             server: None,
+            unix_socket: false,
         };
         let nodes = LocalNodes::start_with(shards, options).await?;
         let mut ids = Vec::with_capacity(shards);

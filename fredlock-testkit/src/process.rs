@@ -37,10 +37,19 @@ pub(crate) struct Options {
     pub(crate) extra_args: Vec<String>,
     /// The server to run; `None`: the one `FREDLOCK_SERVER` names.
     pub(crate) server: Option<Server>,
+    /// Each node also listens on a Unix socket in its data dir ([`Node::socket`]).
+    pub(crate) unix_socket: bool,
 }
 
 /// The cluster configuration file of a node in cluster mode, inside its data dir.
 pub(crate) const CLUSTER_CONFIG_FILE: &str = "nodes.conf";
+
+impl Node {
+    /// The Unix socket a node started with [`Options::unix_socket`] listens on.
+    pub(crate) fn socket(&self) -> std::path::PathBuf {
+        self.dir.join("redis.sock")
+    }
+}
 
 /// One redis-server process slot. The slot (port, data dir) outlives the
 /// process so a killed node can come back on the same address.
@@ -176,12 +185,19 @@ pub(crate) fn spawn_server(
     } else {
         &["--appendonly", "no"]
     };
-    let mut cluster = Vec::new();
+    let mut args = Vec::new();
+    if options.unix_socket {
+        args.extend([
+            "--unixsocket".to_owned(),
+            node.socket().display().to_string(),
+        ]);
+        args.extend(["--unixsocketperm", "700"].map(String::from));
+    }
     if options.cluster {
-        cluster.extend(["--cluster-enabled", "yes", "--cluster-config-file"].map(String::from));
-        cluster.push(CLUSTER_CONFIG_FILE.to_owned());
+        args.extend(["--cluster-enabled", "yes", "--cluster-config-file"].map(String::from));
+        args.push(CLUSTER_CONFIG_FILE.to_owned());
         if let Some(bus) = node.bus_port {
-            cluster.extend(["--cluster-port".to_owned(), bus.to_string()]);
+            args.extend(["--cluster-port".to_owned(), bus.to_string()]);
         }
     }
     Command::new(bin)
@@ -196,7 +212,7 @@ pub(crate) fn spawn_server(
         .args(["--loglevel", "warning"])
         .arg("--dir")
         .arg(&node.dir)
-        .args(&cluster)
+        .args(&args)
         .args(&options.extra_args)
         .stdin(Stdio::null())
         .stdout(out)

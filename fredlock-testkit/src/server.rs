@@ -93,6 +93,22 @@ impl LocalNodes {
         Self::start_with(n, options).await
     }
 
+    /// As [`start`](Self::start), and every node also listens on a Unix domain socket (see
+    /// [`unix_url`](Self::unix_url)).
+    pub async fn start_with_unix_sockets(n: usize) -> io::Result<LocalNodes> {
+        let options = Options {
+            unix_socket: true,
+            ..Options::default()
+        };
+        Self::start_with(n, options).await
+    }
+
+    /// `redis+unix:///PATH` URL of node `i`'s Unix socket (nodes started by
+    /// [`start_with_unix_sockets`](Self::start_with_unix_sockets)). Panics if `i >= len()`.
+    pub fn unix_url(&self, i: usize) -> String {
+        format!("redis+unix://{}", self.nodes[i].socket().display())
+    }
+
     /// The server these nodes run.
     pub fn server(&self) -> Server {
         self.server

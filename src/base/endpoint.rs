@@ -22,8 +22,27 @@ const SCHEMES: &[(&str, bool)] = &[
     ("valkeys-sentinel", true),
 ];
 
+/// Schemes of a server on a Unix domain socket, whose URL path is the socket's path
+/// (`redis+unix:///run/redis.sock`); `unix://` is read as `redis+unix://`.
+const UNIX_SCHEMES: &[&str] = &["redis+unix", "valkey+unix", "unix"];
+
 /// Whether this build can speak TLS (fredlock's `tls` feature).
 pub(crate) const TLS: bool = cfg!(feature = "tls");
+
+/// Whether this build can reach a server on a Unix socket (fredlock's `unix-sockets` feature).
+pub(crate) const UNIX: bool = cfg!(feature = "unix-sockets");
+
+/// `raw` as fred reads it: trimmed, and a `unix://` URL as `redis+unix://` (fred knows only
+/// the `+unix` schemes).
+pub(crate) fn normalized(raw: &str) -> String {
+    let trimmed = raw.trim();
+    match trimmed.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("unix") => {
+            format!("redis+unix://{rest}")
+        }
+        _ => trimmed.to_string(),
+    }
+}
 
 /// Checks `raw` as node `index`'s URL: not empty, a scheme fred accepts (TLS schemes only with
 /// the `tls` feature: fred would otherwise connect WITHOUT encryption), and a URL that parses.
@@ -45,11 +64,14 @@ pub(crate) fn check(index: usize, raw: &str) -> Result<(), InvalidInput> {
         ));
     };
     let scheme = scheme.to_ascii_lowercase();
+    if UNIX_SCHEMES.contains(&scheme.as_str()) {
+        return unix_socket(&normalized(trimmed)).map_err(invalid);
+    }
     match SCHEMES.iter().find(|(s, _)| *s == scheme) {
         None => {
             return Err(invalid(format!(
-                "unsupported scheme {scheme}://: use redis://, rediss:// (TLS), redis-cluster:// \
-                 or redis-sentinel:// (valkey:// and valkeys:// work too)"
+                "unsupported scheme {scheme}://: use redis://, rediss:// (TLS), redis-cluster://, \
+                 redis-sentinel:// or redis+unix:// (valkey:// and valkeys:// work too)"
             )))
         }
         Some((_, true)) if !TLS => {
@@ -66,6 +88,26 @@ pub(crate) fn check(index: usize, raw: &str) -> Result<(), InvalidInput> {
         Err(e) => return Err(invalid(e.to_string())),
     };
     database(&url).map_err(invalid)
+}
+
+/// A Unix-socket URL (normalized): the feature is on, and the path names a socket.
+fn unix_socket(url: &str) -> Result<(), String> {
+    if !UNIX {
+        return Err(
+            "a Unix-socket node needs fredlock's `unix-sockets` feature: enable it, or \
+             give the node as redis://host:port"
+                .into(),
+        );
+    }
+    let parsed = url::Url::parse(url).map_err(|e| e.to_string())?;
+    let path = parsed.path();
+    if path.is_empty() || path == "/" || path.ends_with('/') {
+        return Err(format!(
+            "the path {path:?} names no socket: give the socket's absolute path, as in \
+             redis+unix:///run/redis/redis.sock"
+        ));
+    }
+    Ok(())
 }
 
 /// The path of a single server's or a sentinel's URL is its database number (fred reads it as
@@ -156,6 +198,31 @@ mod tests {
         assert!(check(0, "redis-cluster://127.0.0.1:6379/x").is_ok());
         assert!(check(0, "REDIS://127.0.0.1:6379").is_ok());
         assert!(check(0, "valkey://user:pw@127.0.0.1:6379").is_ok());
+    }
+
+    #[test]
+    fn unix_socket_urls() {
+        assert_eq!(
+            normalized(" unix:///run/r.sock "),
+            "redis+unix:///run/r.sock"
+        );
+        assert_eq!(normalized("redis://h:1"), "redis://h:1");
+        for url in [
+            "unix:///run/r.sock",
+            "redis+unix:///run/r.sock",
+            "valkey+unix:///r.sock",
+        ] {
+            if UNIX {
+                assert!(check(0, url).is_ok(), "{url}");
+            } else {
+                assert!(reason(url).contains("`unix-sockets` feature"), "{url}");
+            }
+        }
+        if UNIX {
+            assert!(reason("redis+unix://").contains("names no socket"));
+            assert!(reason("unix:///run/").contains("names no socket"));
+            assert!(check(0, "redis+unix://u:hunter2@localhost/run/r.sock").is_ok());
+        }
     }
 
     #[test]

@@ -177,7 +177,7 @@ impl Node {
             // fred's URL messages name the part that is wrong, never the URL itself.
             reason: e.details().to_string(),
         };
-        let config = Config::from_url(url.trim()).map_err(invalid)?;
+        let config = Config::from_url(&crate::base::endpoint::normalized(url)).map_err(invalid)?;
         let client = connection::client(config).map_err(invalid)?;
         let mut node = Node::from_client(index, client, servers, node_timeout);
         node.owned = true;
@@ -586,6 +586,11 @@ fn describe(config: &Config) -> (String, String) {
             ..
         } => {
             let addr = format!("sentinel({service_name}@{})", hosts(h));
+            (format!("{addr}/{db}"), addr)
+        }
+        #[cfg(feature = "unix-sockets")]
+        ServerConfig::Unix { path } => {
+            let addr = format!("unix:{}", path.display());
             (format!("{addr}/{db}"), addr)
         }
         #[allow(unreachable_patterns)]
