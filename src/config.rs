@@ -389,6 +389,7 @@ impl Builder {
             renewer: Default::default(),
             campaigns: Default::default(),
             closing: Default::default(),
+            holds: Default::default(),
             handover_window: self.handover_window,
             handovers: Default::default(),
             line,

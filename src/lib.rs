@@ -48,9 +48,9 @@
 //! |---|---|---|
 //! | `base/` | values, decoders, scripts; no I/O | [`error`], `metrics`, `endpoint`, `scripts`, `sem_rw_scripts`, `reply`, `slots`, `line`, `owner` |
 //! | `nodes/` | one node: connections, cluster shards, batching, the subscriber | `busy`, `caps`, `connection`, `node_status`, `cluster`, `topology`, `native`, `batch`, `node`, `node_gate`, `node_lock`, `node_extend_many`, `node_primitives`, `node_ops`, `subscriber` |
-//! | `rounds/` | the quorum rounds and the acquire loop | `quorum`, `background`, `redlock`, `held_rounds`, `attempt`, `handover`, `acquire_loop`, `lock` |
+//! | `rounds/` | the quorum rounds and the acquire loop | `quorum`, `holds`, `background`, `redlock`, `held_rounds`, `attempt`, `handover`, `acquire_loop`, `lock` |
 //! | `ops/` | what an operator does to locks it does not hold | `inspect`, `force` |
-//! | `hold/` | holding a lock while work runs | `pacing`, `status`, `renewal`, `keepalive`, `with_lock` |
+//! | `hold/` | holding a lock while work runs | `pacing`, `status`, `renewal`, `keepalive`, `with_lock`, `shutdown` |
 //! | `primitives/` | elections, semaphores, read-write locks, leases | `leader`, `observe`, `semaphore_round`, `rwlock_round`, `campaign`, `campaign_observers`, `election`, `semaphore`, `lease`, `rwlock` |
 //! | `config.rs` | the builder: validates, then constructs; nothing imports it back | [`config`] |
 //!
@@ -77,6 +77,7 @@ pub use base::owner::{MAX_LABEL_LEN, MAX_TOKEN_LEN, SEPARATOR};
 pub use base::slots::MAX_RESOURCE_LEN;
 pub use config::{Builder, Retry};
 pub use hold::keepalive::{KeepAlive, KeepAliveOptions, LockHandle, Rejected};
+pub use hold::shutdown::Shutdown;
 pub use hold::with_lock::{OnLost, WithLock};
 pub use nodes::node_status::NodeStatus;
 pub use ops::inspect::{

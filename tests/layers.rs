@@ -52,6 +52,7 @@ const FOLDERS: &[(&str, &[&str])] = &[
         "rounds",
         &[
             "quorum",
+            "holds",
             "handover",
             "redlock",
             "held_rounds",
@@ -65,7 +66,14 @@ const FOLDERS: &[(&str, &[&str])] = &[
     ("ops", &["inspect", "force"]),
     (
         "hold",
-        &["pacing", "status", "renewal", "keepalive", "with_lock"],
+        &[
+            "pacing",
+            "status",
+            "renewal",
+            "keepalive",
+            "with_lock",
+            "shutdown",
+        ],
     ),
     (
         "primitives",

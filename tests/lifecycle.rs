@@ -283,7 +283,7 @@ async fn close_waits_for_background_releases() {
         env.redlock
             .try_acquire(r.as_str(), Duration::from_secs(1))
             .await,
-        Err(Error::Unavailable { .. })
+        Err(Error::Closed { .. })
     ));
 }
 
@@ -452,7 +452,8 @@ async fn close_waits_for_a_late_extension_resent_after_noscript() {
     let extended = lock.extend(Duration::from_secs(600)).await;
     nodes.resume(0).expect("SIGCONT");
     extended.expect("extended by the two running nodes");
-    std::mem::forget(lock);
+    // Handed on, as `fredlock extend` does: close() leaves a lease's keys for its next holder.
+    let _lease = lock.into_lease();
     redlock.close().await;
     // Checked once: close() returned after node 0's late extension was answered.
     let ttl = nodes.pttl(0, &key).await.expect("PTTL");

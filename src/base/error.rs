@@ -473,6 +473,16 @@ pub enum Error {
         /// Each node that refused, with the server's words and the fix.
         failures: Vec<NodeError>,
     },
+    /// The `Redlock` was closed ([`Redlock::close`](crate::Redlock::close), or a shutdown
+    /// signal given to [`Redlock::shutdown_on`](crate::Redlock::shutdown_on)): an acquire that
+    /// was waiting or asked afterwards is refused, and a lock that `close()` released is not
+    /// this handle's to release or extend any more. Nothing is left held: build a new `Redlock`
+    /// to lock again.
+    #[error("lock {resources}: the Redlock was closed (close() released what it held; build a new Redlock to lock again)")]
+    Closed {
+        /// The resources asked for or held.
+        resources: Names,
+    },
     /// The input or configuration was rejected before anything was sent.
     #[error("invalid input: {0}")]
     InvalidInput(#[from] InvalidInput),
@@ -667,6 +677,9 @@ pub enum LostReason {
     /// The keep-alive task stopped without handing the lock back (it panicked, or the tokio
     /// runtime shut down): the lock is released or left to expire, and counts as lost.
     TaskEnded,
+    /// The `Redlock` was closed ([`Redlock::close`](crate::Redlock::close), for example on a
+    /// shutdown signal): `close()` released the lock, so the work under it must stop.
+    Closed,
 }
 
 impl fmt::Display for LostReason {
@@ -677,6 +690,7 @@ impl fmt::Display for LostReason {
             LostReason::BudgetExhausted => "the keep-alive budget ran out",
             LostReason::Released => "released",
             LostReason::TaskEnded => "the keep-alive task ended (panic or runtime shutdown)",
+            LostReason::Closed => "the Redlock was closed (shutdown): close() released it",
         })
     }
 }

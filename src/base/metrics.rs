@@ -6,7 +6,7 @@
 //! | name | kind | labels | what |
 //! |---|---|---|---|
 //! | `fredlock_acquire_attempts_total` | counter | | attempts (rounds of `SET`s), retries included |
-//! | `fredlock_acquire_total` | counter | `outcome` | acquire calls (locks and semaphore permits) by outcome: `granted`, `contended`, `unavailable`, `expired` (validity used up), `invalid` (rejected input) |
+//! | `fredlock_acquire_total` | counter | `outcome` | acquire calls (locks and semaphore permits) by outcome: `granted`, `contended`, `unavailable`, `expired` (validity used up), `invalid` (rejected input), `closed` (ended by `Redlock::close`) |
 //! | `fredlock_acquire_seconds` | histogram | `outcome` | time from the call to its outcome, retries and waiting included |
 //! | `fredlock_hold_seconds` | histogram | | from the grant to the release (`release()`, or a drop) |
 //! | `fredlock_extensions_total` | counter | `outcome` | extensions (by hand and keep-alive): `ok`, `failed` |
@@ -91,7 +91,7 @@ pub(crate) fn lost(reason: LostReason) {
         LostReason::Expired => "expired",
         LostReason::BudgetExhausted => "budget_exhausted",
         LostReason::TaskEnded => "task_ended",
-        LostReason::Released => return,
+        LostReason::Released | LostReason::Closed => return,
     };
     #[cfg(feature = "metrics")]
     ::metrics::counter!("fredlock_lost_total", "reason" => reason).increment(1);

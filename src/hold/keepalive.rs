@@ -294,6 +294,9 @@ impl Lock {
             extensions: 0,
         };
         let tx: Shared = StatusCell::new(status);
+        // `close()` releases the lock itself: the work under it must stop, and the renewer with it.
+        let closed = tx.clone();
+        self.on_close(Box::new(move || mark_lost(&closed, LostReason::Closed)));
         let handle = LockHandle {
             tx: tx.clone(),
             held: self.held().clone(),
@@ -370,7 +373,8 @@ impl KeepAlive {
     /// extension can land after it), then releases the lock.
     /// Waiters on `lost()` then see [`LostReason::Released`], unless the lock was already lost.
     ///
-    /// Errors as [`Lock::release`]; [`Error::NotHeld`] when the lock had been lost.
+    /// Errors as [`Lock::release`]; [`Error::NotHeld`] when the lock had been lost;
+    /// [`Error::Closed`] when [`Redlock::close`](crate::Redlock::close) released it.
     ///
     /// Cancellation: dropping the future still releases, in the background.
     pub async fn release(mut self) -> Result<ReleaseReport> {
@@ -381,6 +385,9 @@ impl KeepAlive {
         let lock = self.driver.stop().await;
         match lock {
             Some(lock) => lock.release().await,
+            None if lost_before == Some(LostReason::Closed) => Err(Error::Closed {
+                resources: self.handle.held.names(),
+            }),
             None => Err(Error::NotHeld {
                 resources: self.handle.held.names(),
                 reason: match lost_before {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 
-use crate::base::error::{Error, Result};
+use crate::base::error::{Error, LostReason, Result};
 use crate::hold::keepalive::{KeepAliveOptions, LockHandle};
 use crate::rounds::lock::AcquireOptions;
 use crate::rounds::redlock::{Redlock, Resources};
@@ -66,7 +66,9 @@ impl Redlock {
     /// released, then the panic resumes; if the lock is lost, [`Error::Lost`] is returned at once
     /// and the release runs in the background; if this future is dropped, `f` is dropped and the
     /// lock released in the background. A failed final release is logged, not returned: the work
-    /// completed while the lock was valid.
+    /// completed while the lock was valid. When [`Redlock::close`] ends the work (reason
+    /// [`LostReason::Closed`]), `f` is dropped at once and [`Error::Lost`] is returned once
+    /// `close()` has released the lock.
     pub async fn with_lock<F, Fut, T>(
         &self,
         resources: impl Resources,
@@ -126,6 +128,11 @@ impl Redlock {
                 // background, as the guard drops.
                 let resources = guard.handle().names();
                 drop(guard);
+                if reason == LostReason::Closed {
+                    // `close()` releases the lock: return once that is done, so that a `main`
+                    // that ends with this work does not end the release with it.
+                    self.inner.holds.released().await;
+                }
                 Err(Error::Lost { resources, reason })
             }
             Ok(out) => {

@@ -309,6 +309,8 @@ impl Campaign {
                     r = s.redlock.acquire_using(s.resource.as_str(), s.ttl, &options) => match r {
                         Ok(lock) => Ok(Some(lock)),
                         Err(Error::Contended { .. }) => Ok(None),
+                        // Closed: nothing can be won any more.
+                        Err(Error::Closed { .. }) => return None,
                         Err(e) => Err(e),
                     },
                 }

@@ -246,6 +246,11 @@ impl Redlock {
         };
         let held = lease.held(self)?;
         let inner = &self.inner;
+        // `close()` waits for this call to end (the lock it makes is then released with the
+        // rest), and refuses it once closed.
+        let Some(_in_flight) = inner.holds.acquiring() else {
+            return Err(Error::Closed { resources: names });
+        };
         let timeout = inner.node_timeout(lease.ttl);
         // The monotonic clock first, then the time left: the deadline can only come out early.
         let t0 = Instant::now();

@@ -232,6 +232,13 @@ impl RwLock {
             tracing::debug_span!("fredlock.rwlock", name = %self.name, write = side == Side::Write);
         let mark = (side == Side::Write).then(|| Mark::new(&self.rounds(), ttl));
         let give_up = wait.and_then(|w| Instant::now().checked_add(w));
+        // `close()` waits for this call to end, and refuses it once closed.
+        let holds = &self.redlock.inner.holds;
+        let Some(_in_flight) = holds.acquiring() else {
+            return Err(crate::rounds::acquire_loop::closed(std::slice::from_ref(
+                &self.name,
+            )));
+        };
         let mut attempts: u32 = 0;
         let result = tracing::Instrument::instrument(
             async {
@@ -257,7 +264,12 @@ impl RwLock {
                     if out_of_time || (wait.is_none() && attempts >= retry.attempts) {
                         return Err(self.rounds().failed(failure, attempts, ttl));
                     }
-                    tokio::time::sleep(pause).await;
+                    tokio::select! {
+                        () = holds.closing() => {
+                            return Err(crate::rounds::acquire_loop::closed(std::slice::from_ref(&self.name)));
+                        }
+                        () = tokio::time::sleep(pause) => {}
+                    }
                 }
             },
             span,

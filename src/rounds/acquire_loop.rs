@@ -79,6 +79,7 @@ impl Redlock {
             Err(Error::Contended { .. }) => "contended",
             Err(Error::ValidityExpired { .. }) => "expired",
             Err(Error::InvalidInput(_)) => "invalid",
+            Err(Error::Closed { .. }) => "closed",
             Err(_) => "unavailable",
         };
         crate::base::metrics::acquired(outcome, started.elapsed());
@@ -99,6 +100,10 @@ impl Redlock {
         F: FnMut(Turn) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, Failure>>,
     {
+        // `close()` waits for this call to end, and refuses it once closed.
+        let Some(_in_flight) = self.inner.holds.acquiring() else {
+            return Err(closed(resources));
+        };
         let mut state = Acquiring::new(self, retry, wait, resources, line, ttl);
         loop {
             let failure = match state.attempt(&mut attempt).await {
@@ -442,8 +447,10 @@ impl<'a> Acquiring<'a> {
             }
         };
         tracing::trace!(attempt = self.attempts, queue = ?p.queue, "waiting");
+        let closing = self.redlock.inner.holds.closing();
         tokio::select! {
             biased;
+            () = closing => return Err(closed(self.resources)),
             () = woken => {
                 self.waited += pauses(p.started.elapsed(), p.pause).min(p.planned);
                 // Woken by the gate: the head of the line, the key free: every node at
@@ -479,6 +486,13 @@ impl<'a> Acquiring<'a> {
 }
 
 /// How many retry pauses `elapsed` is (a zero pause counts each wait as one).
+/// The error of an acquire that `close()` ended.
+pub(crate) fn closed(resources: &[String]) -> Error {
+    Error::Closed {
+        resources: Names(resources.to_vec()),
+    }
+}
+
 fn pauses(elapsed: Duration, pause: Duration) -> f64 {
     if pause.is_zero() {
         1.0

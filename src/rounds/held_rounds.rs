@@ -15,6 +15,7 @@ use crate::base::error::{Error, InvalidInput, NotHeldReason, Result, Round, Vote
 use crate::nodes::node::Held;
 use crate::nodes::node_extend_many::Extension;
 use crate::rounds::background::{self, Background, Releaser};
+use crate::rounds::holds::Taken;
 use crate::rounds::quorum::{
     self, each_known, fan_out, fan_out_rest, item_votes, quorum_known, votes, Late, Outcome,
 };
@@ -29,6 +30,27 @@ pub(crate) struct ExtendRequest {
 }
 
 impl Inner {
+    /// Releases every lock `close()` took, all at once, each as its holder's release would:
+    /// deleted, or, before the end of a minimum hold, shortened to expire at that end.
+    pub(crate) async fn release_taken(self: &Arc<Self>, taken: Vec<Taken>) {
+        let releases = taken.into_iter().map(|t| async move {
+            let left = t
+                .shape
+                .minimum_until
+                .map(|until| until.saturating_duration_since(Instant::now()))
+                .filter(|left| !left.is_zero());
+            match left {
+                Some(left) => {
+                    let ms = left.min(t.shape.ttl).as_nanos().div_ceil(1_000_000);
+                    let ms = u64::try_from(ms).unwrap_or(u64::MAX).max(1);
+                    self.shorten_all(&t.held, ms).await
+                }
+                None => self.release_all(&t.held, t.shape.ttl).await,
+            }
+        });
+        futures::future::join_all(releases).await;
+    }
+
     /// Hands a release to `targets` without waiting for the answers (they land in each node's
     /// order, after the commands queued before them). The answers are still read, in a task:
     /// a node whose release fails (at once: fred fails new commands while reconnecting, yet

@@ -17,6 +17,7 @@ use crate::nodes::node::Held;
 use crate::rounds::acquire_loop::WaitLine;
 use crate::rounds::attempt::{Grant, Turn};
 use crate::rounds::handover_rounds::Tenure;
+use crate::rounds::holds::{Claim, Shape};
 use crate::rounds::quorum::{self, Outcome};
 use crate::rounds::redlock::{spawn_release, Redlock, Resources, Retry};
 
@@ -45,6 +46,9 @@ pub struct Lock {
     /// [`AcquireOptions::hold_at_least`]: a release before `acquired_at + this` lets the keys
     /// expire then instead of deleting them.
     hold_at_least: Option<Duration>,
+    /// This lock's place among the Redlock's held locks, and whether `close()` took it.
+    id: u64,
+    claim: Arc<Claim>,
 }
 
 /// What [`Lock::release`] found on each node.
@@ -85,7 +89,14 @@ impl std::fmt::Debug for Lock {
 impl Lock {
     /// The lock a grant of the rounds layer stands for.
     pub(crate) fn from_grant(redlock: Redlock, grant: Grant, ttl: Duration) -> Lock {
+        let shape = Shape {
+            ttl,
+            minimum_until: None,
+        };
+        let (id, claim) = redlock.inner.holds.register(grant.held.clone(), shape);
         Lock {
+            id,
+            claim,
             redlock,
             held: grant.held,
             ttl,
@@ -105,6 +116,21 @@ impl Lock {
 
     pub(crate) fn set_hold_at_least(&mut self, at_least: Option<Duration>) {
         self.hold_at_least = at_least.filter(|d| !d.is_zero());
+        let until = self
+            .hold_at_least
+            .and_then(|d| self.acquired_at.checked_add(d));
+        self.claim.reshape(|s| s.minimum_until = until);
+    }
+
+    /// Runs `f` if [`Redlock::close`] takes this lock (at once if it already did).
+    pub(crate) fn on_close(&self, f: Box<dyn FnOnce() + Send>) {
+        self.claim.on_close(f);
+    }
+
+    fn closed_error(&self) -> Error {
+        Error::Closed {
+            resources: self.held.names(),
+        }
     }
 
     /// The minimum hold left, rounded up to whole milliseconds, or `None` when it is over or
@@ -126,6 +152,8 @@ impl Lock {
     /// Marks the lock as no longer this handle's to release (a lease took it over).
     pub(crate) fn disarm(mut self) -> (Arc<Held>, Option<Vec<u64>>) {
         self.released = true;
+        // `close()` must not release what the lease's holder now keeps.
+        self.claim.release();
         // The lease's holder may release it at any time, on connections of its own.
         self.held.repairs.close();
         (self.held.clone(), self.fencing.take())
@@ -210,14 +238,18 @@ impl Lock {
         self.deadline
     }
 
-    /// Validity left before [`deadline`](Self::deadline); zero once it has passed.
+    /// Validity left before [`deadline`](Self::deadline); zero once it has passed, and once
+    /// [`Redlock::close`] released the lock.
     pub fn remaining(&self) -> Duration {
+        if self.claim.closed() {
+            return Duration::ZERO;
+        }
         self.deadline.saturating_duration_since(Instant::now())
     }
 
-    /// Whether the deadline is still ahead.
+    /// Whether the deadline is still ahead (`false` once [`Redlock::close`] released the lock).
     pub fn is_valid(&self) -> bool {
-        Instant::now() < self.deadline
+        !self.claim.closed() && Instant::now() < self.deadline
     }
 
     /// The [`Redlock`] this lock came from.
@@ -234,7 +266,7 @@ impl Lock {
     /// Errors: [`Error::NotHeld`](crate::Error::NotHeld) when the deadline passed or a quorum no longer holds our token
     /// (the lock is lost for good); [`Error::Unavailable`](crate::Error::Unavailable) when too few nodes answered but the lock
     /// is still valid until its old deadline (you may retry); [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad
-    /// TTL. On an error the deadline is unchanged, except that a `ttl` ending before the current
+    /// TTL; [`Error::Closed`] once [`Redlock::close`] released the lock (nothing is sent). On an error the deadline is unchanged, except that a `ttl` ending before the current
     /// deadline lowers it first (see below).
     ///
     /// A shorter `ttl` than the validity left shortens the lock: an extension whose outcome is
@@ -254,6 +286,9 @@ impl Lock {
     /// `patient`: per-node timeout up to half the validity left (keep-alive), instead of the
     /// configured node timeout.
     pub(crate) async fn extend_inner(&mut self, ttl: Duration, patient: bool) -> Result<()> {
+        if self.claim.closed() {
+            return Err(self.closed_error());
+        }
         // A minimum hold not over yet is kept: a shorter `ttl` is raised to the rest of it (a
         // TTL the nodes cannot take is refused as it is).
         let ttl = match self.hold_left() {
@@ -294,6 +329,7 @@ impl Lock {
     /// Errors: [`Error::NotHeld`](crate::Error::NotHeld) (reason `TokenGone`) when a quorum no longer held our token:
     /// it expired or was taken over, and the work done under it may not have been exclusive.
     /// [`Error::Unavailable`](crate::Error::Unavailable) when too few nodes answered to know.
+    /// [`Error::Closed`] when [`Redlock::close`] released the lock first (nothing is sent).
     ///
     /// With [`AcquireOptions::hold_at_least`], a release before `acquired_at + at_least` deletes
     /// nothing: every node lowers the keys' TTL so that they expire at that time (a key whose TTL
@@ -304,6 +340,10 @@ impl Lock {
     /// Cancellation: dropping the future still releases (the release is finished in the
     /// background, as when a `Lock` is dropped).
     pub async fn release(mut self) -> Result<ReleaseReport> {
+        if !self.claim.release() {
+            self.released = true;
+            return Err(self.closed_error());
+        }
         let span = tracing::debug_span!("fredlock.release", resources = ?self.held.resources);
         let started = Instant::now();
         let inner = self.redlock.inner.clone();
@@ -375,6 +415,7 @@ impl Lock {
     pub(crate) fn extended(&mut self, deadline: Instant, ttl: Duration) {
         self.deadline = deadline;
         self.ttl = ttl;
+        self.claim.reshape(|s| s.ttl = ttl);
     }
 }
 
@@ -499,6 +540,11 @@ impl AcquireOptions {
 
 impl Drop for Lock {
     fn drop(&mut self) {
+        self.redlock.inner.holds.forget(self.id);
+        // Released by `close()`: nothing more is this handle's to send.
+        if !self.released && !self.claim.release() {
+            return;
+        }
         if let (false, Some(ms)) = (self.released, self.hold_left_ms()) {
             // Held for a minimum that is not over: the keys are shortened, not deleted (without
             // a runtime they keep their TTL, which only holds the lock longer).

@@ -4,7 +4,8 @@
 //! extend and release over every node (`held_rounds`), one acquire attempt and its turn in line
 //! (`attempt`), a release that hands the lock to a waiter of the same process (its offers:
 //! `handover`; its rounds: `handover_rounds`),
-//! work that outlives its call (`background`: drop-path releases, retries), the
+//! work that outlives its call (`background`: drop-path releases, retries), what is held and
+//! under way for `close()` (`holds`), the
 //! acquire retry loop as a state machine (`acquire_loop`) and the [`Lock`](crate::Lock) it hands
 //! out (`lock`).
 //!
@@ -17,6 +18,7 @@ pub(crate) mod background;
 pub(crate) mod handover;
 pub(crate) mod handover_rounds;
 pub(crate) mod held_rounds;
+pub(crate) mod holds;
 pub(crate) mod lock;
 pub(crate) mod quorum;
 pub(crate) mod redlock;

@@ -62,6 +62,8 @@ pub(crate) struct Inner {
     pub(crate) campaigns: Slot,
     /// What higher layers close with this Redlock (see [`Inner::on_close`]).
     pub(crate) closing: Closing,
+    /// The locks held and the acquires under way, for [`Redlock::close`].
+    pub(crate) holds: crate::rounds::holds::Holds,
     /// The waiting acquires of this Redlock as members of the gates' wait lines.
     pub(crate) line: Arc<Line>,
     /// How long after a round set a lock's keys its holder may still hand it to a waiter of
@@ -359,20 +361,39 @@ impl Redlock {
         self.inner.nodes.get(index).and_then(|n| n.client())
     }
 
-    /// Closes the connections this `Redlock` opened (clients given with `clients()` are left
-    /// open), after the commands already queued on them, such as releases still finishing in the
-    /// background, have been answered, and after the late nodes of a round that decided without
-    /// them have finished their part (an extension that a quorum granted while one node was
-    /// slow still reaches that node; a node that does not answer is waited for at most 5 s).
-    /// Call it before a short-lived process exits. Every clone
-    /// of this `Redlock` is affected: later commands fail with [`Error::Unavailable`].
+    /// Ends everything this `Redlock` holds and waits for, then closes its connections: call
+    /// it before the process exits (or give it a shutdown signal with
+    /// [`shutdown_on`](Self::shutdown_on)), so that no key is left to block the other
+    /// processes for its TTL. In order:
+    /// 1. acquires waiting for a lock (a permit, a term) end with [`Error::Closed`], as do those
+    ///    asked afterwards; an attempt already on the wire is waited for;
+    /// 2. every lock, permit, read or write guard and election term still held is released
+    ///    on every node, all at once, as its own release would (a lock held for a minimum with
+    ///    [`AcquireOptions::hold_at_least`](crate::AcquireOptions::hold_at_least) is left to
+    ///    expire at the minimum's end): the next waiter in another process is woken by that
+    ///    release, as by any other. Kept-alive locks stop being extended and their
+    ///    [`lost`](crate::LockHandle::lost) signal fires with [`LostReason::Closed`](crate::LostReason::Closed), so
+    ///    [`with_lock`](Self::with_lock) work is cancelled and returns [`Error::Lost`]; the
+    ///    handles say not held ([`Lock::is_valid`](crate::Lock::is_valid) is `false`), and
+    ///    their `release` or `extend` returns [`Error::Closed`] without sending anything;
+    /// 3. the connections this `Redlock` opened close (clients given with `clients()` are left
+    ///    open) once the commands already queued on them have been answered, including
+    ///    releases still finishing in the background and the late nodes of a round that
+    ///    decided without them (a node that does not answer is waited for at most 5 s).
     ///
-    /// Cancellation: dropping the future may leave some connections open until the `Redlock`
-    /// is dropped.
+    /// Every clone of this `Redlock` is affected: later commands fail with [`Error::Closed`]
+    /// or [`Error::Unavailable`]. A lock handed out as a [`Lease`](crate::Lease) is the lease
+    /// holder's and is left alone. Calling it again does nothing more.
+    ///
+    /// Cancellation: dropping the future may leave some locks held until their TTL and some
+    /// connections open until the `Redlock` is dropped.
     pub async fn close(&self) {
+        let taken = self.inner.holds.close().await;
         for close in self.inner.closing.take() {
             close();
         }
+        self.inner.release_taken(taken).await;
+        self.inner.holds.mark_released();
         self.inner.background.wait_idle().await;
         self.inner.background.close();
         if let Some(wake) = &self.inner.wake {
