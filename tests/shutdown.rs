@@ -339,3 +339,75 @@ async fn without_close_on_terminate_sigterm_leaves_the_key_for_its_ttl() {
     assert!(took > TTL / 2, "the key stayed: {took:?}");
     redlock.close().await;
 }
+
+/// Every key under the prefix's wait lines (`~line:`) on node `i`.
+async fn line_keys(nodes: &LocalNodes, i: usize) -> Vec<String> {
+    match nodes.command(i, &["KEYS", "*~line:*"]).await.expect("KEYS") {
+        fredlock_testkit::RespValue::Array(Some(keys)) => keys
+            .into_iter()
+            .filter_map(|k| match k {
+                fredlock_testkit::RespValue::Bulk(Some(b)) => {
+                    Some(String::from_utf8_lossy(&b).into_owned())
+                }
+                _ => None,
+            })
+            .collect(),
+        other => panic!("KEYS: {other:?}"),
+    }
+}
+
+/// After a clean `close()` of every replica, no wait-line key is left on any node: the waiters
+/// left their lines, and the leases of granted members (which outlive the grant) are deleted.
+/// Before, tens of `~line:{..}|member` leases stayed for up to 3 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_close_leaves_no_wait_line_keys() {
+    let (nodes, first) = common::local_with(3, |b| b).await;
+    let replicas = [first, replica(&nodes).await, replica(&nodes).await];
+    let resources: Vec<String> = (0..3)
+        .map(|i| common::unique(&format!("close-line-{i}")))
+        .collect();
+    // Three replicas take turns on three keys: waiters line up on every key's gate.
+    let mut work = Vec::new();
+    for redlock in &replicas {
+        for r in &resources {
+            let (redlock, r) = (redlock.clone(), r.clone());
+            work.push(tokio::spawn(async move {
+                for _ in 0..10 {
+                    let lock = redlock
+                        .acquire_with(r.as_str(), TTL, Duration::from_secs(30))
+                        .await
+                        .expect("acquire");
+                    tokio::task::yield_now().await;
+                    lock.release().await.expect("release");
+                }
+            }));
+        }
+    }
+    for w in work {
+        common::bounded("the contending loops", w)
+            .await
+            .expect("join");
+    }
+    let formed = {
+        let mut any = false;
+        for i in 0..3 {
+            any |= !line_keys(&nodes, i).await.is_empty();
+        }
+        any
+    };
+    assert!(
+        formed,
+        "no line formed: the contention did not reach the gates"
+    );
+    for redlock in &replicas {
+        redlock.close().await;
+    }
+    let mut left = Vec::new();
+    for i in 0..3 {
+        for key in line_keys(&nodes, i).await {
+            let pttl = nodes.command(i, &["PTTL", &key]).await.expect("PTTL");
+            left.push(format!("node {i}: {key} (PTTL {pttl:?})"));
+        }
+    }
+    assert!(left.is_empty(), "left after close: {left:#?}");
+}

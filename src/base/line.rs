@@ -43,6 +43,9 @@ pub(crate) const RENEW_FAR: Duration = Duration::from_secs(2);
 const HOT_FOR: Duration = Duration::from_secs(2);
 /// Contended keys remembered at most (older ones are forgotten first).
 const HOT_MAX: usize = 4096;
+/// Leases of granted members remembered at most for `close()` (older ones are forgotten
+/// first, and expire by themselves within [`LEASE`]).
+const SPENT_MAX: usize = 4096;
 
 /// The wait-line state of one Redlock.
 #[derive(Debug)]
@@ -66,6 +69,10 @@ struct State {
     /// Per node: its subscriber confirmed our channel on its current connection.
     up: Vec<bool>,
     hot: HashMap<String, Instant>,
+    /// The leases of members granted lately, as (gate, lease key, expiry): a lease outlives
+    /// its member's grant (a grant refused elsewhere rejoins at the front by it), and
+    /// [`Line::take_spent`] lets `close()` delete those still alive.
+    spent: std::collections::VecDeque<(usize, String, Instant)>,
 }
 
 #[derive(Debug, Clone)]
@@ -272,6 +279,40 @@ impl Line {
     }
 }
 
+impl Line {
+    /// Remembers the lease `lease_key` on `gate` of a member that was granted, until the lease
+    /// expires (at most [`SPENT_MAX`] of them, the oldest forgotten first).
+    pub(crate) fn spent(&self, gate: usize, lease_key: String) {
+        let now = Instant::now();
+        let mut st = self.lock();
+        while st
+            .spent
+            .front()
+            .is_some_and(|(_, _, until)| *until <= now || st.spent.len() >= SPENT_MAX)
+        {
+            st.spent.pop_front();
+        }
+        let until = now.checked_add(LEASE).unwrap_or(now);
+        st.spent.push_back((gate, lease_key, until));
+    }
+
+    /// The remembered leases not expired yet, by gate node; forgets them all.
+    pub(crate) fn take_spent(&self) -> Vec<(usize, Vec<String>)> {
+        let now = Instant::now();
+        let mut by_gate: Vec<(usize, Vec<String>)> = Vec::new();
+        for (gate, key, until) in std::mem::take(&mut self.lock().spent) {
+            if until <= now {
+                continue;
+            }
+            match by_gate.iter_mut().find(|(g, _)| *g == gate) {
+                Some((_, keys)) => keys.push(key),
+                None => by_gate.push((gate, vec![key])),
+            }
+        }
+        by_gate
+    }
+}
+
 impl Member {
     /// The member's name in the lines: `<instance>:<seq>`.
     pub(crate) fn name(&self) -> &Arc<str> {
@@ -410,6 +451,28 @@ mod tests {
             .await
             .expect("a subscriber coming up wakes every member");
         line.set_up(7, true); // out of range: ignored
+    }
+
+    #[test]
+    fn spent_leases_are_kept_until_they_expire_and_bounded() {
+        let line = Line::new("p:", 3);
+        line.spent(2, "a".into());
+        line.spent(0, "b".into());
+        line.spent(2, "c".into());
+        assert_eq!(
+            line.take_spent(),
+            vec![
+                (2, vec!["a".to_string(), "c".to_string()]),
+                (0, vec!["b".to_string()])
+            ]
+        );
+        assert!(line.take_spent().is_empty(), "taken once");
+        for i in 0..SPENT_MAX + 10 {
+            line.spent(1, i.to_string());
+        }
+        let kept = line.take_spent();
+        assert_eq!(kept[0].1.len(), SPENT_MAX);
+        assert_eq!(kept[0].1[0], "10", "the oldest are forgotten first");
     }
 
     #[test]

@@ -449,6 +449,20 @@ impl Node {
         }
     }
 
+    /// Deletes the leases `keys` of members that were granted (one `DEL`): only the rejoin of
+    /// a grant refused elsewhere reads them, and none is left once the Redlock closes.
+    pub(crate) async fn drop_leases(
+        &self,
+        keys: Vec<String>,
+        timeout: Duration,
+    ) -> Result<(), NodeError> {
+        let args = keys.into_iter().map(Value::from).collect();
+        match self.call("DEL", 0, args, timeout).await? {
+            Value::Integer(_) => Ok(()),
+            _ => Err(self.unexpected("an integer")),
+        }
+    }
+
     /// A waiter's place in `line` (0 = the head), or `None` when it is not in it: `ZRANK`.
     pub(crate) async fn place_rank(
         &self,

@@ -275,6 +275,11 @@ impl<'a> Acquiring<'a> {
         let value = attempt(turn).await?;
         if let Some(p) = self.place.as_mut() {
             p.granted = true;
+            // A member's lease outlives its grant on the gate: close() deletes it.
+            if p.joined {
+                let lease = format!("{}|{}", p.line.line_key, p.member.name());
+                p.inner.line.spent(p.line.gate, lease);
+            }
             // Granted by the gate: it took us out of its line with the grant.
             // Granted without its answer: we may be in line there; leave (in the
             // background).

@@ -559,6 +559,23 @@ impl Inner {
         });
     }
 
+    /// Deletes the leases of this Redlock's granted members that are still alive (one `DEL`
+    /// per gate node, all at once), so that a closed Redlock leaves no key in the lines: an
+    /// operator scanning for leftovers finds none. Failures are ignored: each lease expires
+    /// within [`LEASE`] anyway.
+    pub(crate) async fn drop_spent_leases(&self) {
+        let timeout = self.release_timeout();
+        let deletes = self.line.take_spent().into_iter().map(|(gate, keys)| {
+            let node = self.nodes[gate].clone();
+            async move { node.drop_leases(keys, timeout).await }
+        });
+        for result in futures::future::join_all(deletes).await {
+            if let Err(e) = result {
+                tracing::debug!("fredlock: a granted member's lease is left to expire: {e}");
+            }
+        }
+    }
+
     /// Takes `member` out of line `line_key` on `gate` in the background, for a waiter granted
     /// the lock before its gate answered. The gate ran that attempt's call first (same
     /// connection), so the member is in line there only if the gate refused it: the gate's late

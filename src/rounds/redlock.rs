@@ -395,6 +395,7 @@ impl Redlock {
         self.inner.release_taken(taken).await;
         self.inner.holds.mark_released();
         self.inner.background.wait_idle().await;
+        self.inner.drop_spent_leases().await;
         self.inner.background.close();
         if let Some(wake) = &self.inner.wake {
             wake.close().await;
