@@ -98,3 +98,34 @@ pub use rounds::redlock::{Redlock, Resources};
 pub use base::error;
 /// The fred crate fredlock is built on, re-exported so callers can build clients of the same version.
 pub use fred;
+
+// The code blocks of README.md and every docs/*.md, compiled by `cargo test --doc` (only then:
+// these items exist under `cfg(doctest)` alone, so they are not in the API or its
+// documentation; algorithm.md and benchmarks.md have no Rust block yet). A ```rust block there is
+// code a reader can copy as it is: a whole program (`rust,no_run` when it needs nodes), or
+// functions with the helpers they call. Blocks that are not Rust are tagged (```sh, ```toml,
+// ```text): rustdoc compiles a bare ``` fence as Rust.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide.md")]
+pub struct GuideDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/operations.md")]
+pub struct OperationsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/servers.md")]
+pub struct ServersDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/torture.md")]
+pub struct TortureDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/architecture.md")]
+pub struct ArchitectureDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/algorithm.md")]
+pub struct AlgorithmDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/benchmarks.md")]
+pub struct BenchmarksDoctests;
