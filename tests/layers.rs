@@ -121,7 +121,7 @@ const LAYERS: &[&[&str]] = &[
         "node_primitives",
         "node_ops",
     ],
-    &["background", "pacing", "subscriber"],
+    &["background", "pacing", "subscriber", "holds"],
     &["handover"],
     &["redlock"],
     &["held_rounds"],
@@ -133,7 +133,14 @@ const LAYERS: &[&[&str]] = &[
     &["renewal", "force", "observe"],
     &["keepalive", "campaign_observers"],
     &["semaphore_round", "rwlock_round", "campaign"],
-    &["with_lock", "election", "semaphore", "lease", "rwlock"],
+    &[
+        "with_lock",
+        "election",
+        "semaphore",
+        "lease",
+        "rwlock",
+        "shutdown",
+    ],
     &["config"],
 ];
 
