@@ -38,7 +38,8 @@ test-stress: redis-server
 ## election beside them, one etcd member on tmpfs started by the bench), then elections
 ## (bench_elect: 64 observer processes, handover, observer lag, idle cost, failover, priorities).
 ## then the read-write lock against the mutex (bench_rwlock: 16 readers and 1 writer, as tasks
-## and as processes). BENCH_ARGS=--fleet-only: only the fleet table; BENCH_ARGS=--quick: shorter everything.
+## and as processes), then a rolling deploy's hand-over (bench_shutdown: a holder process stopped
+## by SIGTERM, with and without close_on_terminate, against one that releases by itself). BENCH_ARGS=--fleet-only: only the fleet table; BENCH_ARGS=--quick: shorter everything.
 ## Then plain locks with and without Lua on 3 Valkey nodes (bench_valkey: latency and server CPU per cycle).
 ## Last, what confirmed votes cost on Sentinel groups (bench_replicas: serial p50 and 64 tasks,
 ## with and without confirm_replicas(1, 100 ms)).
@@ -46,6 +47,7 @@ bench: redis-server valkey-server etcd-server
 	$(CARGO) run --release --example bench -- $(BENCH_ARGS)
 	$(CARGO) run --release --example bench_elect
 	$(CARGO) run --release --example bench_rwlock -- $(BENCH_ARGS)
+	$(CARGO) run --release --example bench_shutdown -- $(filter --quick,$(BENCH_ARGS))
 	$(CARGO) run --release --example bench_valkey -- $(filter --quick,$(BENCH_ARGS))
 	$(CARGO) run --release --example bench_replicas -- $(filter --quick,$(BENCH_ARGS))
 

@@ -281,13 +281,8 @@ async fn sigterm_round(
         .await,
         "the waiter never joined the line"
     );
-    let pid = holder.id().expect("pid").to_string();
     let signalled = Instant::now();
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
-    assert!(kill.success());
+    fredlock_testkit::terminate(holder.id().expect("pid")).expect("SIGTERM");
     let (got_at, lock) = common::bounded("the waiter's lock", waiter)
         .await
         .expect("join");

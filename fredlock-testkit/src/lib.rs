@@ -92,6 +92,7 @@ pub use cluster::{LocalCluster, Migration, CLUSTER_SLOTS};
 pub use flavour::{
     valkey_cache_path, Server, REDIS_BIN_ENV, SERVER_ENV, VALKEY_BIN_ENV, VALKEY_VERSION,
 };
+pub use process::terminate;
 pub use proxy::{Blackhole, Fault, FaultProxy};
 pub use resp::{resp_command, resp_pipeline, RespValue};
 pub use sentinel::{LocalSentinel, SENTINEL_DOWN_AFTER, SENTINEL_SERVICE, SYNC_KEY};

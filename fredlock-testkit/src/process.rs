@@ -121,6 +121,15 @@ fn signal(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
     Ok(())
 }
 
+/// Sends `SIGTERM` to the process `pid`, a child of the caller that it has not waited for (so
+/// that the pid cannot have been reused): what a supervisor sends to stop a service. Without a
+/// `kill` process in between, so that a measured hand-over starts at the signal.
+pub fn terminate(pid: u32) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("pid {pid}")))?;
+    signal(pid, libc::SIGTERM)
+}
+
 pub(crate) fn kill_and_reap(child: &mut Child) -> io::Result<()> {
     if child.try_wait()?.is_none() {
         if let Ok(pid) = libc::pid_t::try_from(child.id()) {
