@@ -18,7 +18,7 @@ use crate::hold::keepalive::KeepAliveOptions;
 pub(crate) use crate::primitives::campaign_observers::locked;
 use crate::primitives::campaign_observers::CampaignView;
 use crate::primitives::leader::{tally, ElectionState, Record, Written};
-use crate::rounds::lock::AcquireOptions;
+use crate::rounds::options::AcquireOptions;
 use crate::rounds::redlock::Redlock;
 
 /// One term of leadership.

@@ -124,7 +124,7 @@ impl Redlock {
     /// options. Every term gets a fencing token (a term number), whether or not the `Redlock`
     /// hands out fencing tokens for locks. Must be called inside a tokio runtime.
     ///
-    /// Errors: [`InvalidInput`](crate::InvalidInput) at once for an empty or reserved name, a
+    /// Errors: [`InvalidInput`](crate::InvalidInput) at once for an empty, reserved or too long name, a
     /// TTL or keep-alive option out of range, a value longer than [`MAX_VALUE_LEN`].
     pub fn elect_with_options(
         &self,

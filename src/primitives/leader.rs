@@ -303,7 +303,7 @@ impl Redlock {
     /// each bounded by the per-node timeout (default 500 ms here); never changes anything.
     ///
     /// Errors: [`Error::Unavailable`] when fewer than a quorum of nodes answered (then nobody
-    /// can tell); [`InvalidInput`] for an empty or reserved name.
+    /// can tell); [`InvalidInput`] for an empty, reserved or too long name.
     ///
     /// Cancellation: safe at any point (read-only).
     pub async fn leader_of(&self, resource: &str) -> Result<Option<Leader>> {

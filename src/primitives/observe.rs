@@ -121,7 +121,7 @@ impl Redlock {
     /// with one among the nodes, the observer reads every node on each message of the others
     /// (once per burst), and at the expiry-time read.
     ///
-    /// Errors: [`InvalidInput`](crate::InvalidInput) for an empty or reserved name, at once.
+    /// Errors: [`InvalidInput`](crate::InvalidInput) for an empty, reserved or too long name, at once.
     ///
     /// Cancellation: dropping the future closes what it opened.
     pub async fn observe(&self, resource: &str) -> Result<Observer> {

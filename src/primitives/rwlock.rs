@@ -93,7 +93,8 @@ impl Redlock {
     /// for the other's share to go, for ever. Release the read share and take the write lock
     /// (and check again what you read).
     ///
-    /// Errors: [`InvalidInput`] for an empty name or one starting with `~`.
+    /// Errors: [`InvalidInput`](crate::InvalidInput) for an empty name, one over
+    /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes, or one starting with `~`.
     pub fn rwlock(&self, name: impl Into<String>) -> Result<RwLock> {
         let name = name.into();
         crate::base::slots::check_name(&name)?;

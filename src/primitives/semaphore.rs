@@ -80,7 +80,8 @@ impl Redlock {
     /// holders at once across every client of these nodes. `permits = 1` is a mutex. Nothing is
     /// sent until the first acquire.
     ///
-    /// Errors: [`InvalidInput`] for an empty name, a name starting with `~`, or a number of
+    /// Errors: [`InvalidInput`](crate::InvalidInput) for an empty name, one over
+    /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes, a name starting with `~`, or a number of
     /// permits out of range. Using one name with two numbers of permits is rejected at acquire
     /// ([`InvalidInput::PermitsMismatch`]).
     pub fn semaphore(&self, name: impl Into<String>, permits: usize) -> Result<Semaphore> {
