@@ -90,7 +90,8 @@ pub use primitives::lease::Lease;
 pub use primitives::observe::Observer;
 pub use primitives::rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use primitives::semaphore::{Permit, Semaphore, SemaphoreInspection, MAX_PERMITS};
-pub use rounds::lock::{AcquireOptions, Lock, ReleaseReport};
+pub use rounds::lock::{Lock, ReleaseReport};
+pub use rounds::options::AcquireOptions;
 #[allow(deprecated)]
 pub use rounds::redlock::FALLBACK_FACTOR;
 pub use rounds::redlock::{Redlock, Resources};

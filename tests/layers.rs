@@ -14,6 +14,7 @@ const FOLDERS: &[(&str, &[&str])] = &[
     (
         "base",
         &[
+            "invalid",
             "error",
             "metrics",
             "endpoint",
@@ -60,6 +61,7 @@ const FOLDERS: &[(&str, &[&str])] = &[
             "handover_rounds",
             "background",
             "acquire_loop",
+            "options",
             "lock",
         ],
     ),
@@ -97,6 +99,7 @@ const TOP: &[&str] = &["config"];
 
 /// Bottom to top; modules on one line share a layer and do not refer to each other.
 const LAYERS: &[&[&str]] = &[
+    &["invalid"],
     &["error"],
     &["metrics", "caps", "busy"],
     &["sem_rw_scripts"],
@@ -128,6 +131,7 @@ const LAYERS: &[&[&str]] = &[
     &["attempt"],
     &["handover_rounds"],
     &["acquire_loop"],
+    &["options"],
     &["lock", "inspect", "leader"],
     &["status"],
     &["renewal", "force", "observe"],

@@ -1,6 +1,6 @@
 //! The ground floor: values, decoders and scripts; no I/O, no tasks.
 //!
-//! Errors and plain value types (`error`), metrics through the `metrics` facade (`metrics`: observes,
+//! Errors and plain value types (`error`; the refused inputs in `invalid`), metrics through the `metrics` facade (`metrics`: observes,
 //! never decides), node URLs checked and redacted (`endpoint`), what a lock key stores (`owner`),
 //! every reply decoded into a vote, a slot, counters or a holder (`reply`), Redis Cluster hash slots
 //! (`slots`), every Lua script with its KEYS/ARGV contract (`scripts`; the semaphore's and the
@@ -11,6 +11,7 @@
 
 pub(crate) mod endpoint;
 pub mod error;
+pub(crate) mod invalid;
 pub(crate) mod line;
 pub(crate) mod metrics;
 pub(crate) mod owner;

@@ -12,7 +12,7 @@ use futures::FutureExt;
 
 use crate::base::error::{Error, LostReason, Result};
 use crate::hold::keepalive::{KeepAliveOptions, LockHandle};
-use crate::rounds::lock::AcquireOptions;
+use crate::rounds::options::AcquireOptions;
 use crate::rounds::redlock::{Redlock, Resources};
 
 /// What [`Redlock::with_lock_using`] does when the lock is lost while the closure runs.

@@ -6,8 +6,8 @@
 //! `handover`; its rounds: `handover_rounds`),
 //! work that outlives its call (`background`: drop-path releases, retries), what is held and
 //! under way for `close()` (`holds`), the
-//! acquire retry loop as a state machine (`acquire_loop`) and the [`Lock`](crate::Lock) it hands
-//! out (`lock`).
+//! acquire retry loop as a state machine (`acquire_loop`), the per-call options (`options`) and
+//! the [`Lock`](crate::Lock) it hands out (`lock`).
 //!
 //! Must not: keep a lock alive (that is `hold`), or hand out a semaphore's, an election's or a
 //! read-write lock's handles (that is `primitives`).
@@ -20,5 +20,6 @@ pub(crate) mod handover_rounds;
 pub(crate) mod held_rounds;
 pub(crate) mod holds;
 pub(crate) mod lock;
+pub(crate) mod options;
 pub(crate) mod quorum;
 pub(crate) mod redlock;
