@@ -489,13 +489,17 @@ async fn nodes_on_unix_sockets_grant_and_release() {
         .await
         .expect("acquire");
     lock.extend(Duration::from_secs(20)).await.expect("extend");
+    // The nodes that voted for the grant (a quorum) hold it; the third may still be answering.
+    let mut holding = 0;
     for i in 0..3 {
         let value = nodes.get(i, &key).await.expect("GET over TCP");
-        assert_eq!(value.as_deref(), Some(lock.value()), "node {i}");
+        holding += usize::from(value.as_deref() == Some(lock.value()));
     }
+    assert!(holding >= 2, "{holding} of 3 nodes hold the lock");
     lock.release().await.expect("release");
+    // close() waits for the late answers: then no node holds the key.
+    redlock.close().await;
     for i in 0..3 {
         assert_eq!(nodes.get(i, &key).await.expect("GET"), None, "node {i}");
     }
-    redlock.close().await;
 }
