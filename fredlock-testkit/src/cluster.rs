@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::cluster_reply::{bulk_text, invalid_data, parse_cluster_slots, unexpected};
 use crate::{resp::resp_pipeline, resp::RespValue, server::LocalNodes, server::Options};
 
 /// Number of hash slots of a Redis Cluster.
@@ -632,37 +633,6 @@ impl LocalCluster {
     }
 }
 
-/// `CLUSTER SLOTS` as `(slot range, port of its primary)`.
-fn parse_cluster_slots(reply: &RespValue) -> Result<Vec<(RangeInclusive<u16>, u16)>, String> {
-    let bad = || format!("unexpected CLUSTER SLOTS reply {reply:?}");
-    let RespValue::Array(Some(entries)) = reply else {
-        return Err(bad());
-    };
-    let number = |v: &RespValue| match v {
-        RespValue::Integer(n) => u16::try_from(*n).ok(),
-        _ => None,
-    };
-    entries
-        .iter()
-        .map(|entry| {
-            let RespValue::Array(Some(parts)) = entry else {
-                return Err(bad());
-            };
-            let (Some(first), Some(last)) = (
-                parts.first().and_then(number),
-                parts.get(1).and_then(number),
-            ) else {
-                return Err(bad());
-            };
-            let Some(RespValue::Array(Some(primary))) = parts.get(2) else {
-                return Err(bad());
-            };
-            let port = primary.get(1).and_then(number).ok_or_else(bad)?;
-            Ok((first..=last, port))
-        })
-        .collect()
-}
-
 fn check_slot(slot: u16) -> io::Result<()> {
     if slot < CLUSTER_SLOTS {
         Ok(())
@@ -679,23 +649,4 @@ fn not_migrating(slot: u16) -> io::Error {
         io::ErrorKind::InvalidInput,
         format!("slot {slot} is not migrating (call begin_migration first)"),
     )
-}
-
-fn bulk_text(what: &str, reply: RespValue) -> io::Result<String> {
-    match reply {
-        RespValue::Bulk(Some(bytes)) => String::from_utf8(bytes)
-            .map_err(|_| invalid_data(format!("{what} answered a value that is not UTF-8"))),
-        other => Err(unexpected(what, other)),
-    }
-}
-
-fn unexpected(what: &str, reply: RespValue) -> io::Error {
-    match reply {
-        RespValue::Error(e) => io::Error::other(format!("{what} failed: {e}")),
-        other => invalid_data(format!("unexpected reply to {what}: {other:?}")),
-    }
-}
-
-fn invalid_data(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, msg)
 }

@@ -77,6 +77,7 @@
 
 pub mod checker;
 mod cluster;
+mod cluster_reply;
 pub mod demo;
 mod flavour;
 mod process;
