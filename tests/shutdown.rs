@@ -19,6 +19,47 @@ async fn replica(nodes: &LocalNodes) -> Redlock {
     common::build(nodes.urls(), |b| b).await
 }
 
+/// What `with_lock` returns when it ends, and the values `other` then reads at its key.
+type WorkEnd = (fredlock::Result<()>, Vec<Option<String>>);
+
+/// Work that never ends under `with_lock` on `resource`, started (it holds the lock) when this
+/// returns.
+async fn work_under_with_lock(
+    redlock: &Redlock,
+    other: &Redlock,
+    resource: &str,
+    key: &str,
+) -> tokio::task::JoinHandle<WorkEnd> {
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let (redlock, other) = (redlock.clone(), other.clone());
+    let (resource, key) = (resource.to_string(), key.to_string());
+    let work = tokio::spawn(async move {
+        let out = redlock
+            .with_lock(resource.as_str(), TTL, |_| async move {
+                let _ = started_tx.send(());
+                std::future::pending::<()>().await
+            })
+            .await;
+        // Returned only once close() released the lock: a `main` may end right here.
+        (out, common::values(&other, &key).await)
+    });
+    common::bounded("the with_lock work to start", started)
+        .await
+        .expect("started");
+    work
+}
+
+/// Waits until `resource`'s wait line has a member of `redlock`.
+async fn wait_in_line(nodes: &LocalNodes, redlock: &Redlock, resource: &str) {
+    assert!(
+        common::eventually(Duration::from_secs(10), || async {
+            !line_members(nodes, redlock, resource).await.is_empty()
+        })
+        .await,
+        "the waiter never joined the line"
+    );
+}
+
 #[tokio::test]
 async fn close_releases_every_lock_permit_and_guard_and_cancels_with_lock_work() {
     let (nodes, redlock) = common::local_with(3, |b| b).await;
@@ -38,24 +79,7 @@ async fn close_releases_every_lock_permit_and_guard_and_cancels_with_lock_work()
     let permit = sem.acquire(TTL).await.expect("permit");
     let rw = redlock.rwlock(common::unique("close-rw")).expect("rwlock");
     let read = rw.read(TTL).await.expect("read lock");
-    let (started_tx, started) = tokio::sync::oneshot::channel();
-    let work = {
-        let (redlock, other) = (redlock.clone(), other.clone());
-        let (worked, worked_key) = (worked.clone(), worked_key.clone());
-        tokio::spawn(async move {
-            let out = redlock
-                .with_lock(worked.as_str(), TTL, |_| async move {
-                    let _ = started_tx.send(());
-                    std::future::pending::<()>().await
-                })
-                .await;
-            // Returned only once close() released the lock: a `main` may end right here.
-            (out, common::values(&other, &worked_key).await)
-        })
-    };
-    common::bounded("the with_lock work to start", started)
-        .await
-        .expect("started");
+    let work = work_under_with_lock(&redlock, &other, &worked, &worked_key).await;
 
     common::bounded("close()", redlock.close()).await;
 
@@ -139,13 +163,7 @@ async fn close_ends_waiting_acquires_and_refuses_new_ones() {
         })
     };
     // In the line: it waits for a wake-up that never comes while `held` is kept.
-    assert!(
-        common::eventually(Duration::from_secs(10), || async {
-            !line_members(&nodes, &redlock, &r).await.is_empty()
-        })
-        .await,
-        "the waiter never joined the line"
-    );
+    wait_in_line(&nodes, &redlock, &r).await;
     common::bounded("close()", redlock.close()).await;
     let out = common::bounded("the waiting acquire to end", waiter)
         .await
@@ -275,13 +293,7 @@ async fn sigterm_round(
             (Instant::now(), lock)
         })
     };
-    assert!(
-        common::eventually(Duration::from_secs(10), || async {
-            !line_members(nodes, redlock, &r).await.is_empty()
-        })
-        .await,
-        "the waiter never joined the line"
-    );
+    wait_in_line(nodes, redlock, &r).await;
     let signalled = Instant::now();
     fredlock_testkit::terminate(holder.id().expect("pid")).expect("SIGTERM");
     let (got_at, lock) = common::bounded("the waiter's lock", waiter)

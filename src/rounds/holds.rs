@@ -229,16 +229,20 @@ impl Holds {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_first_of_holder_and_close_releases() {
-        let claim = Claim {
+    fn held_claim() -> Claim {
+        Claim {
             owner: AtomicU8::new(HELD),
             shape: Mutex::new(Shape {
                 ttl: Duration::from_secs(1),
                 minimum_until: None,
             }),
             on_close: Mutex::new(Vec::new()),
-        };
+        }
+    }
+
+    #[test]
+    fn the_first_of_holder_and_close_releases() {
+        let claim = held_claim();
         let fired = Arc::new(AtomicBool::new(false));
         let f = fired.clone();
         claim.on_close(Box::new(move || f.store(true, Ordering::Release)));
@@ -247,14 +251,7 @@ mod tests {
         assert!(!claim.release(), "the holder sends nothing after close");
         assert!(claim.take().is_none(), "close takes a lock once");
 
-        let claim = Claim {
-            owner: AtomicU8::new(HELD),
-            shape: Mutex::new(Shape {
-                ttl: Duration::from_secs(1),
-                minimum_until: None,
-            }),
-            on_close: Mutex::new(Vec::new()),
-        };
+        let claim = held_claim();
         assert!(claim.release());
         assert!(
             claim.release(),
